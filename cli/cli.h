@@ -1,0 +1,79 @@
+/* The `tally` command line: shared context and helpers for subcommands.
+ *
+ * Exit status (SPEC section 6): 0 success, 2 bad usage or input, 1 other
+ * failures. Errors go to stderr as one line: "tally <cmd>: <what>". */
+#ifndef TALLY_CLI_H
+#define TALLY_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tally/err.h"
+#include "tally/ledger.h"
+
+#define CLI_OK    0
+#define CLI_FAIL  1
+#define CLI_USAGE 2
+
+typedef struct cli_ctx {
+    const char *db_path;  /* --db, $TALLY_DB, ./tally.db */
+    const char *key_path; /* --key, $TALLY_KEY, ./tally.key */
+    const char *cmd;      /* subcommand name, for messages */
+} cli_ctx;
+
+typedef struct cli_command {
+    const char *name;
+    const char *usage;   /* one line: arguments after the name */
+    const char *summary; /* one line: what it does */
+    int (*run)(cli_ctx *ctx, int argc, char **argv); /* argv[0] is the name */
+} cli_command;
+
+/* Prints "tally <cmd>: <message>" to stderr and returns code. */
+int cli_error(const cli_ctx *ctx, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prints the command's usage line (and summary) to stdout or stderr. */
+void cli_usage(const cli_ctx *ctx, bool to_stderr);
+/* True if argv holds -h or --help; prints the usage to stdout. */
+bool cli_wants_help(const cli_ctx *ctx, int argc, char **argv);
+
+/* Opens the ledger at ctx->db_path, reporting failure as a one-line error. */
+int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out);
+
+/* Parses RFC 3339 time, a decimal amount for a currency, or an integer in
+ * [min, max], reporting a one-line error naming what (returns CLI_USAGE). */
+int cli_parse_time(const cli_ctx *ctx, const char *what, const char *s, int64_t *out);
+int cli_parse_int(const cli_ctx *ctx, const char *what, const char *s, int64_t min, int64_t max,
+                  int64_t *out);
+
+/* Reads a whole file ("-" is stdin) into a malloc'd NUL-terminated buffer. */
+int cli_read_file(const cli_ctx *ctx, const char *path, char **data, size_t *len);
+
+/* Subcommand handlers, one file each: cli/cmd_<name>.c */
+#define CLI_COMMANDS(X)                                                                            \
+    X(demo)                                                                                        \
+    X(init)                                                                                        \
+    X(account)                                                                                     \
+    X(ratecard)                                                                                    \
+    X(spot)                                                                                        \
+    X(commit)                                                                                      \
+    X(credit)                                                                                      \
+    X(ingest)                                                                                      \
+    X(broker)                                                                                      \
+    X(meter)                                                                                       \
+    X(invoice)                                                                                     \
+    X(usage)                                                                                       \
+    X(keygen)                                                                                      \
+    X(pubkey)                                                                                      \
+    X(verify)                                                                                      \
+    X(serve)                                                                                       \
+    X(apikey)
+
+#define CLI_DECLARE(name) int cmd_##name(cli_ctx *ctx, int argc, char **argv);
+CLI_COMMANDS(CLI_DECLARE)
+#undef CLI_DECLARE
+
+/* The table, for `tally --help` and for sub-dispatch by nested commands. */
+extern const cli_command cli_commands[];
+const cli_command *cli_find(const char *name);
+
+#endif

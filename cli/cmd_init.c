@@ -1,0 +1,9 @@
+/* tally init: placeholder until implemented. */
+#include "cli.h"
+
+int cmd_init(cli_ctx *ctx, int argc, char **argv)
+{
+    if (cli_wants_help(ctx, argc, argv))
+        return CLI_OK;
+    return cli_error(ctx, CLI_FAIL, "not implemented yet");
+}

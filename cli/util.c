@@ -1,0 +1,98 @@
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tally/buf.h"
+#include "tally/event.h"
+
+int cli_error(const cli_ctx *ctx, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tally %s: ", ctx->cmd ? ctx->cmd : "");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+void cli_usage(const cli_ctx *ctx, bool to_stderr)
+{
+    const cli_command *c = cli_find(ctx->cmd);
+    FILE *f = to_stderr ? stderr : stdout;
+    if (!c)
+        return;
+    fprintf(f, "usage: tally %s %s\n", c->name, c->usage);
+    if (!to_stderr)
+        fprintf(f, "\n%s.\n", c->summary);
+}
+
+bool cli_wants_help(const cli_ctx *ctx, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            cli_usage(ctx, false);
+            return true;
+        }
+    return false;
+}
+
+int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out)
+{
+    char why[256] = "";
+    tally_err e = tally_ledger_open(ctx->db_path, out, why, sizeof why);
+    if (e)
+        return cli_error(ctx, CLI_FAIL, "cannot open ledger %s: %s", ctx->db_path,
+                         why[0] ? why : tally_err_str(e));
+    return CLI_OK;
+}
+
+int cli_parse_time(const cli_ctx *ctx, const char *what, const char *s, int64_t *out)
+{
+    if (tally_time_parse(s, strlen(s), out) != TALLY_OK)
+        return cli_error(ctx, CLI_USAGE, "%s: '%s' is not an RFC 3339 time", what, s);
+    return CLI_OK;
+}
+
+int cli_parse_int(const cli_ctx *ctx, const char *what, const char *s, int64_t min, int64_t max,
+                  int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < min || v > max || s[0] == ' ' || s[0] == '+')
+        return cli_error(ctx, CLI_USAGE, "%s: '%s' is not an integer in [%lld, %lld]", what, s,
+                         (long long)min, (long long)max);
+    *out = v;
+    return CLI_OK;
+}
+
+int cli_read_file(const cli_ctx *ctx, const char *path, char **data, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f)
+        return cli_error(ctx, CLI_USAGE, "cannot open %s: %s", path, strerror(errno));
+    tally_buf b;
+    tally_buf_init(&b, (size_t)1 << 30);
+    char chunk[65536];
+    size_t n;
+    tally_err e = TALLY_OK;
+    while (!e && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        e = tally_buf_append(&b, chunk, n);
+    int err = ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (e || err) {
+        tally_buf_release(&b);
+        return cli_error(ctx, CLI_FAIL, "cannot read %s: %s", path,
+                         e ? tally_err_str(e) : "read error");
+    }
+    if (!b.data && tally_buf_append(&b, "", 0) != TALLY_OK)
+        return cli_error(ctx, CLI_FAIL, "out of memory");
+    *data = b.data;
+    *len = b.len;
+    return CLI_OK;
+}

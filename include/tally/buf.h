@@ -1,0 +1,43 @@
+/* A growable byte buffer with a size cap (curl's dynbuf, git's strbuf).
+ *
+ * Always NUL-terminated after any successful call, so ->data can be used as
+ * a C string when no NUL bytes were appended. Appends past the cap fail with
+ * TALLY_TOO_LARGE and leave the buffer as it was. */
+#ifndef TALLY_BUF_H
+#define TALLY_BUF_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tally/err.h"
+
+typedef struct tally_buf {
+    char *data; /* NULL until the first append */
+    size_t len;
+    size_t alloc;
+    size_t cap; /* the most bytes it may hold, not counting the NUL */
+} tally_buf;
+
+#define TALLY_BUF_DEFAULT_CAP ((size_t)64 << 20)
+
+/* Prepares caller memory; cap 0 means TALLY_BUF_DEFAULT_CAP. */
+void tally_buf_init(tally_buf *b, size_t cap);
+/* Frees the contents; b can be initialised again. */
+void tally_buf_release(tally_buf *b);
+/* Empties the buffer, keeping its memory. */
+void tally_buf_reset(tally_buf *b);
+TALLY_MUST_CHECK tally_err tally_buf_append(tally_buf *b, const void *data, size_t len);
+TALLY_MUST_CHECK tally_err tally_buf_puts(tally_buf *b, const char *s);
+TALLY_MUST_CHECK tally_err tally_buf_printf(tally_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+TALLY_MUST_CHECK tally_err tally_buf_vprintf(tally_buf *b, const char *fmt, va_list ap);
+/* Appends s as a JSON string literal, quotes included, escaping as RFC 8259
+ * requires (control characters as \u00XX). */
+TALLY_MUST_CHECK tally_err tally_buf_json_str(tally_buf *b, const char *s);
+/* Appends s as one CSV field (RFC 4180: quoted when it holds , " CR or LF). */
+TALLY_MUST_CHECK tally_err tally_buf_csv_field(tally_buf *b, const char *s);
+/* Appends s with the five HTML special characters escaped. */
+TALLY_MUST_CHECK tally_err tally_buf_html(tally_buf *b, const char *s);
+
+#endif

@@ -1,0 +1,179 @@
+/* The ledger: Tally's SQLite database (WAL, synchronous=FULL, STRICT tables).
+ *
+ * It holds configuration (accounts, rate cards, spot prices, commitments,
+ * credit grants), usage aggregates, the dedupe index, quarantine, Kafka
+ * offsets, invoices and double-entry postings. Only this module links
+ * SQLite. A tally_ledger is one connection: use it from one thread at a time.
+ * Several processes may open the same file; SQLite serialises their writes. */
+#ifndef TALLY_LEDGER_H
+#define TALLY_LEDGER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tally/buf.h"
+#include "tally/err.h"
+#include "tally/event.h"
+#include "tally/rating.h"
+
+typedef struct tally_ledger tally_ledger;
+
+/* Opens (creating if needed) the ledger at path and applies any missing
+ * migrations from schemas/. On error *out is NULL and, if why is not NULL,
+ * a one-line reason is written there.
+ * Errors: TALLY_DB, TALLY_IO, TALLY_NOMEM, TALLY_UNSUPPORTED (newer schema). */
+TALLY_MUST_CHECK tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why,
+                                             size_t cap);
+/* Closes the connection; accepts NULL. */
+void tally_ledger_close(tally_ledger *l);
+
+/* The last SQLite error message of this connection (for one-line errors). */
+const char *tally_ledger_errmsg(tally_ledger *l);
+
+/* The clock used for created_at stamps and the future_time check: the real
+ * time, unless $TALLY_NOW (RFC 3339) is set, which tests and the demo use. */
+int64_t tally_now_s(void);
+
+/* ---- Configuration -------------------------------------------------------- */
+
+typedef struct tally_account {
+    char id[TALLY_NAME_MAX];
+    char currency[4];
+    char timezone[64]; /* IANA name, "UTC" by default */
+    char name[128];
+} tally_account;
+
+/* Creates or updates an account. NULL fields keep their stored value (or
+ * default: currency of the newest rate card, "UTC", ""). The currency of an
+ * account that has invoices cannot change.
+ * Errors: TALLY_UNKNOWN_CURRENCY, TALLY_INVAL (bad time zone), TALLY_FINALIZED,
+ * TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_account_set(tally_ledger *l, const char *id,
+                                                    const char *currency, const char *timezone,
+                                                    const char *name);
+/* Errors: TALLY_NOT_FOUND, TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_account_get(tally_ledger *l, const char *id,
+                                                    tally_account *out);
+
+/* Loads a rate card (JSON, schemas/ratecard.schema.json). Loading the same
+ * card again is TALLY_EXISTS; a different card with the same id or the same
+ * effective_from is TALLY_EXISTS_DIFFERENT. On error why names the problem.
+ * Errors: TALLY_PARSE, TALLY_EXISTS, TALLY_EXISTS_DIFFERENT, TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_ratecard_load(tally_ledger *l, const char *json,
+                                                      size_t len, char *why, size_t cap);
+
+/* Adds a spot price point for a SKU from from_s on.
+ * Errors: TALLY_NOT_FOUND (no card lists the SKU), TALLY_NO_PRICE (the SKU has
+ * no spot pricing), TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku,
+                                                 int64_t price_nano, int64_t from_s);
+
+/* Adds a commitment of cards x sku over [from_s, to_s). The account is created
+ * if new. Errors: TALLY_INVAL, TALLY_NO_PRICE (no reserved price), TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_commit_add(tally_ledger *l, const char *account,
+                                                   const char *sku, int64_t cards, int64_t from_s,
+                                                   int64_t to_s, int64_t *id_out);
+
+typedef struct tally_grant_spec {
+    const char *account;
+    tally_grant_kind kind;
+    int64_t amount_minor;
+    const char *currency; /* NULL: the account's */
+    int priority;         /* default 50 */
+    int64_t effective_s;
+    int64_t expires_s; /* TALLY_TIME_MAX: never */
+    const char *scope; /* "" or NULL: everything */
+} tally_grant_spec;
+
+/* Grants a credit; posts it (promotions:<kind> to grant:<id>). The account is
+ * created if new. Errors: TALLY_INVAL, TALLY_PARSE (scope),
+ * TALLY_CURRENCY_MISMATCH, TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g,
+                                                  int64_t *id_out, char *why, size_t cap);
+
+/* ---- Ingest: batches ------------------------------------------------------ */
+
+typedef enum tally_event_result {
+    TALLY_RESULT_ACCEPTED = 0,
+    TALLY_RESULT_DUPLICATE,   /* same (source, id), same content: not billed again */
+    TALLY_RESULT_CONFLICT,    /* same (source, id), different content: quarantined */
+    TALLY_RESULT_QUARANTINED, /* rejected: quarantined with its reason */
+} tally_event_result;
+
+const char *tally_event_result_name(tally_event_result r);
+
+typedef struct tally_batch_stats {
+    int64_t accepted, duplicates, conflicts, quarantined;
+} tally_batch_stats;
+
+/* A unit of ingest: events and rejects gathered in memory, then written in
+ * one SQLite transaction together with the partition offsets they end at.
+ * Either everything in a batch is stored, or nothing is. */
+typedef struct tally_batch tally_batch;
+
+TALLY_MUST_CHECK tally_err tally_batch_create(tally_ledger *l, tally_batch **out);
+/* Accepts NULL. Discards anything not committed. */
+void tally_batch_destroy(tally_batch *b);
+
+/* Queues a decoded event. raw/len is the original message (kept if the event
+ * turns out to be a conflict); origin names where it came from
+ * ("kafka:<topic>/<partition>@<offset>", "file:<name>:<line>", "http:<n>") and
+ * must be unique per message. Events whose SKU or pricing the rate card in
+ * force cannot price are quarantined (unknown_sku, no_price) at commit.
+ * Errors: TALLY_NOMEM, TALLY_TOO_LARGE. */
+TALLY_MUST_CHECK tally_err tally_batch_add_event(tally_batch *b, const tally_event *ev,
+                                                 const char *raw, size_t len, const char *origin);
+
+/* Queues a rejected message for quarantine. A message whose origin is already
+ * in quarantine is not stored twice. Errors: TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej,
+                                                  const char *raw, size_t len,
+                                                  const char *origin);
+
+/* Records that this batch ends partition (topic, partition) at new_next. At
+ * commit the stored offset must still be expected_next (-1: none stored), or
+ * the whole batch is rolled back with TALLY_STALE. */
+TALLY_MUST_CHECK tally_err tally_batch_set_offset(tally_batch *b, const char *topic,
+                                                  int32_t partition, int64_t expected_next,
+                                                  int64_t new_next);
+
+/* Number of events and rejects queued. */
+size_t tally_batch_count(const tally_batch *b);
+
+/* Writes the batch in one transaction (BEGIN IMMEDIATE ... COMMIT):
+ * dedupe, aggregation, quarantine and offsets. Fills *st (may be NULL) and,
+ * if results is not NULL, one result per queued item in the order added
+ * (it must have room for tally_batch_count()). The batch is empty afterwards,
+ * whether or not it committed.
+ * Errors: TALLY_STALE (offset moved: nothing written), TALLY_BUSY, TALLY_DB,
+ * TALLY_IO (disk full, I/O error: nothing written). */
+TALLY_MUST_CHECK tally_err tally_batch_commit(tally_batch *b, tally_batch_stats *st,
+                                              tally_event_result *results);
+
+/* The stored next offset of a partition, or -1 if none. Errors: TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_offset_get(tally_ledger *l, const char *topic,
+                                                   int32_t partition, int64_t *next);
+
+/* Totals over the whole ledger, for progress lines and tests. */
+typedef struct tally_ledger_counts {
+    int64_t dedupe_keys, quarantined, intervals, points;
+} tally_ledger_counts;
+TALLY_MUST_CHECK tally_err tally_ledger_counts_get(tally_ledger *l, tally_ledger_counts *out);
+
+/* ---- Reading back, for the invoice engine, CLI and HTTP API --------------- */
+
+/* Runs fn for each row of a read-only SQL query with text parameters, for
+ * code in this module's other files and for tests; not for untrusted SQL.
+ * Column values are passed as strings (NULL for SQL NULL).
+ * Errors: TALLY_DB, or what fn returns. */
+typedef tally_err (*tally_row_fn)(void *ctx, int ncols, const char *const *cols);
+TALLY_MUST_CHECK tally_err tally_ledger_query(tally_ledger *l, const char *sql,
+                                              const char *const *params, int nparams,
+                                              tally_row_fn fn, void *ctx);
+
+/* Runs SQL statements that write (used by tests and tools; not on hot paths).
+ * Errors: TALLY_DB with the message in tally_ledger_errmsg(). */
+TALLY_MUST_CHECK tally_err tally_ledger_exec(tally_ledger *l, const char *sql);
+
+#endif

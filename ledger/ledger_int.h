@@ -1,0 +1,72 @@
+/* Internal to the ledger module: the connection's body and helpers shared by
+ * its files (ledger.c, batch.c, ratecard.c, invoice*.c, verify.c, ...). */
+#ifndef TALLY_LEDGER_INT_H
+#define TALLY_LEDGER_INT_H
+
+#include <sqlite3.h>
+
+#include "tally/ledger.h"
+#include "tally/rating.h"
+
+/* A parsed rate card with the arrays it owns. */
+typedef struct ledger_card {
+    tally_ratecard card; /* points into the arrays below */
+    tally_sku_price *skus;
+    tally_dim_price *storage, *traffic, *tokens;
+    tally_spot_point *spot; /* the card's own spot points */
+    size_t n_spot;
+} ledger_card;
+
+struct tally_ledger {
+    sqlite3 *db;
+    char *path;
+    /* Rate cards, parsed once and reloaded when the ratecards table changes
+     * (ledger_cards() checks a cheap counter). Sorted by effective_from. */
+    ledger_card *cards;
+    const tally_ratecard **card_ptrs;
+    size_t n_cards;
+    int64_t cards_version;
+    char errmsg[256];
+};
+
+/* The rate cards, sorted by effective_from_s; valid until the next call that
+ * loads a card. Errors: TALLY_DB, TALLY_PARSE (a stored card no longer parses). */
+tally_err ledger_cards(tally_ledger *l, const tally_ratecard *const **cards, size_t *n);
+
+/* Parses a rate card's JSON into *out (arrays allocated; free with
+ * ledger_card_release). Errors: TALLY_PARSE with why filled. */
+tally_err ledger_card_parse(const char *json, size_t len, ledger_card *out, char *why,
+                            size_t cap);
+void ledger_card_release(ledger_card *c);
+
+/* All spot points (rate cards' and runtime), any order; *out allocated.
+ * Errors: TALLY_DB, TALLY_NOMEM. */
+tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, size_t *n);
+
+/* Prepares sql; on failure records the message in l->errmsg. */
+tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st);
+/* Records sqlite's current error as l->errmsg and maps rc to a tally_err
+ * (SQLITE_FULL / SQLITE_IOERR -> TALLY_IO, SQLITE_BUSY -> TALLY_BUSY, else
+ * TALLY_DB). */
+tally_err ledger_sqlite_err(tally_ledger *l, int rc);
+
+/* BEGIN IMMEDIATE / COMMIT / ROLLBACK. */
+tally_err ledger_begin(tally_ledger *l);
+tally_err ledger_commit(tally_ledger *l);
+void ledger_rollback(tally_ledger *l);
+
+/* Ensures the account exists (created with the newest card's currency and
+ * UTC). Errors: TALLY_DB. */
+tally_err ledger_account_ensure(tally_ledger *l, const char *account);
+
+/* Appends one balanced entry of postings. Each posting is (ledger account,
+ * signed amount: positive = debit, negative = credit). Errors: TALLY_INVAL
+ * (does not balance), TALLY_DB. */
+typedef struct ledger_posting {
+    char acct[96];
+    int64_t amount_minor; /* > 0 debit, < 0 credit, 0 skipped */
+} ledger_posting;
+tally_err ledger_post(tally_ledger *l, const char *kind, const char *ref, const char *currency,
+                      const ledger_posting *p, size_t n);
+
+#endif

@@ -1,0 +1,2 @@
+/* Module placeholder: keeps the library non-empty until its first source lands. Delete once the module has real sources. */
+typedef int tally_ledger_placeholder;

@@ -1,0 +1,43 @@
+/* Helpers shared by Tally's cmocka tests. Include after <cmocka.h>'s
+ * prerequisites; this header pulls them in. */
+#ifndef TALLY_TESTUTIL_H
+#define TALLY_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tally/buf.h"
+#include "tally/ledger.h"
+
+/* A fresh, empty directory under $TALLY_TEST_TMP (or /tmp) named after tag;
+ * the path is static storage valid until the next call. */
+const char *tu_tmpdir(const char *tag);
+
+/* Path of a file in the source tree, e.g. tu_src("fixtures/usage/x.ndjson");
+ * static storage valid until the next call. */
+const char *tu_src(const char *rel);
+
+/* Runs `sh -c cmd`, capturing stdout into out (if not NULL) and returning the
+ * exit status (or -1 if it did not exit normally). stderr goes to the test's
+ * stderr. */
+int tu_sh(tally_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Runs the tally binary with the given argument string (shell syntax). */
+int tu_tally(tally_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Reads a whole file into out. Returns 0 on success. */
+int tu_read_file(const char *path, tally_buf *out);
+
+/* Asserts the ledger's conservation invariants: debits equal credits per
+ * currency, every entry balances, every balance equals the sum of its
+ * postings, and every finalized invoice adds up (lines sum to subtotal,
+ * credits to total_credits, subtotal - credits = amount_due >= 0). */
+void tu_assert_conservation(tally_ledger *l);
+/* The same, opening the ledger file at path. */
+void tu_assert_conservation_path(const char *db_path);
+
+#endif
