@@ -1,0 +1,318 @@
+/* Invoice signing keys, SHA-256 and Ed25519 signatures (OpenSSL 3 EVP).
+ *
+ * The key is a PEM file outside the ledger (PKCS#8 private key, mode 0600).
+ * Signatures are Ed25519 over the 32 raw bytes of a document's SHA-256, so a
+ * customer can check them with `openssl pkeyutl -verify -rawin` and the
+ * exported public key (SubjectPublicKeyInfo PEM). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+
+#include "tally/sign.h"
+
+#define KEY_FILE_MAX ((size_t)64 << 10) /* a PEM key is a few hundred bytes */
+#define HASH_LEN     32
+#define SIG_LEN      64
+
+static const char hexdig[] = "0123456789abcdef";
+
+static void to_hex(const unsigned char *in, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hexdig[in[i] >> 4];
+        out[2 * i + 1] = hexdig[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hex_val(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Decodes exactly 2n lower-case hex digits followed by NUL; 0 on success. */
+static int from_hex(const char *in, unsigned char *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_val(in[2 * i]);
+        int lo = hi < 0 ? -1 : hex_val(in[2 * i + 1]);
+        if (lo < 0)
+            return -1;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return in[2 * n] == '\0' ? 0 : -1;
+}
+
+/* Never prompts for a passphrase: Tally's keys are not encrypted. */
+static int no_passphrase(char *buf, int size, int rwflag, void *u)
+{
+    (void)buf, (void)size, (void)rwflag, (void)u;
+    return -1;
+}
+
+/* Reads the whole key file (bounded). Errors: TALLY_NOT_FOUND, TALLY_IO,
+ * TALLY_TOO_LARGE. */
+static tally_err read_key_file(const char *path, tally_buf *out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? TALLY_NOT_FOUND : TALLY_IO;
+    tally_err err = TALLY_OK;
+    char chunk[4096];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            err = TALLY_IO;
+            break;
+        }
+        if (n == 0)
+            break;
+        err = tally_buf_append(out, chunk, (size_t)n);
+        if (err != TALLY_OK)
+            break;
+    }
+    close(fd);
+    return err;
+}
+
+/* Loads an Ed25519 key from path: a private key, or (if allow_public) a
+ * public key. Errors: TALLY_NOT_FOUND, TALLY_IO, TALLY_CRYPTO. */
+static tally_err load_key(const char *path, int allow_public, EVP_PKEY **out)
+{
+    tally_buf text;
+    tally_buf_init(&text, KEY_FILE_MAX);
+    tally_err err = read_key_file(path, &text);
+    if (err != TALLY_OK)
+        goto out_text;
+    err = TALLY_CRYPTO;
+    if (text.len == 0)
+        goto out_text;
+    BIO *bio = BIO_new_mem_buf(text.data, (int)text.len);
+    if (!bio)
+        goto out_text;
+    EVP_PKEY *pkey = PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL);
+    if (!pkey && allow_public && BIO_reset(bio) == 1)
+        pkey = PEM_read_bio_PUBKEY(bio, NULL, no_passphrase, NULL);
+    BIO_free(bio);
+    if (pkey && !EVP_PKEY_is_a(pkey, "ED25519")) {
+        EVP_PKEY_free(pkey);
+        pkey = NULL;
+    }
+    if (pkey) {
+        *out = pkey;
+        err = TALLY_OK;
+    }
+out_text:
+    ERR_clear_error();
+    tally_buf_release(&text);
+    return err;
+}
+
+static tally_err write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return TALLY_IO;
+        p += w;
+        n -= (size_t)w;
+    }
+    return TALLY_OK;
+}
+
+/* Writes the key file's bytes to fd (already open, created by us), makes it
+ * 0600 whatever the umask, and flushes it to disk. Closes fd. */
+static tally_err fill_key_file(int fd, const char *pem, size_t len)
+{
+    tally_err err = TALLY_IO;
+    if (fchmod(fd, S_IRUSR | S_IWUSR) != 0)
+        goto out_fd;
+    err = write_all(fd, pem, len);
+    if (err == TALLY_OK && fsync(fd) != 0)
+        err = TALLY_IO;
+out_fd:
+    if (close(fd) != 0 && err == TALLY_OK)
+        err = TALLY_IO;
+    return err;
+}
+
+/* Replaces path atomically: a temporary file in the same directory, renamed
+ * over it, so a crash never leaves a half-written key. */
+static tally_err replace_key_file(const char *path, const char *pem, size_t len)
+{
+    tally_buf tmp;
+    tally_buf_init(&tmp, 0);
+    tally_err err = tally_buf_printf(&tmp, "%s.tmp.XXXXXX", path);
+    if (err != TALLY_OK)
+        goto out_tmp;
+    int fd = mkstemp(tmp.data); /* mode 0600, O_EXCL */
+    if (fd < 0) {
+        err = TALLY_IO;
+        goto out_tmp;
+    }
+    err = fill_key_file(fd, pem, len);
+    if (err == TALLY_OK && rename(tmp.data, path) != 0)
+        err = TALLY_IO;
+    if (err != TALLY_OK)
+        unlink(tmp.data);
+out_tmp:
+    tally_buf_release(&tmp);
+    return err;
+}
+
+/* The private key as PKCS#8 PEM, in a buffer the caller releases. */
+static tally_err private_pem(EVP_PKEY *pkey, tally_buf *out)
+{
+    tally_err err = TALLY_CRYPTO;
+    BIO *mem = BIO_new(BIO_s_mem());
+    if (!mem)
+        return TALLY_NOMEM;
+    if (PEM_write_bio_PrivateKey(mem, pkey, NULL, NULL, 0, NULL, NULL) == 1) {
+        char *p = NULL;
+        long n = BIO_get_mem_data(mem, &p);
+        if (n > 0)
+            err = tally_buf_append(out, p, (size_t)n);
+    }
+    BIO_free(mem);
+    return err;
+}
+
+tally_err tally_keygen(const char *path, int force)
+{
+    if (!path || !*path)
+        return TALLY_INVAL;
+    EVP_PKEY *pkey = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+    if (!pkey) {
+        ERR_clear_error();
+        return TALLY_CRYPTO;
+    }
+    tally_buf pem;
+    tally_buf_init(&pem, KEY_FILE_MAX);
+    tally_err err = private_pem(pkey, &pem);
+    if (err != TALLY_OK)
+        goto out_pem;
+    if (force) {
+        err = replace_key_file(path, pem.data, pem.len);
+        goto out_pem;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, S_IRUSR | S_IWUSR);
+    if (fd < 0) {
+        err = errno == EEXIST ? TALLY_EXISTS : TALLY_IO;
+        goto out_pem;
+    }
+    err = fill_key_file(fd, pem.data, pem.len);
+    if (err != TALLY_OK)
+        unlink(path); /* we created it; do not leave a broken key behind */
+out_pem:
+    if (pem.data)
+        OPENSSL_cleanse(pem.data, pem.len);
+    tally_buf_release(&pem);
+    EVP_PKEY_free(pkey);
+    ERR_clear_error();
+    return err;
+}
+
+tally_err tally_pubkey_pem(const char *path, tally_buf *out)
+{
+    EVP_PKEY *pkey = NULL;
+    tally_err err = load_key(path, 1, &pkey);
+    if (err != TALLY_OK)
+        return err;
+    err = TALLY_CRYPTO;
+    BIO *mem = BIO_new(BIO_s_mem());
+    if (!mem)
+        goto out_key;
+    if (PEM_write_bio_PUBKEY(mem, pkey) == 1) {
+        char *p = NULL;
+        long n = BIO_get_mem_data(mem, &p);
+        if (n > 0)
+            err = tally_buf_append(out, p, (size_t)n);
+    }
+    BIO_free(mem);
+out_key:
+    EVP_PKEY_free(pkey);
+    ERR_clear_error();
+    return err;
+}
+
+void tally_sha256_hex(const void *data, size_t len, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_Digest(data, len, md, &n, EVP_sha256(), NULL) != 1 || n != HASH_LEN) {
+        /* Only on a broken OpenSSL installation; never a valid-looking hash. */
+        memset(hex, 'x', 64);
+        hex[64] = '\0';
+        ERR_clear_error();
+        return;
+    }
+    to_hex(md, HASH_LEN, hex);
+}
+
+tally_err tally_sign_hash(const char *key_path, const char hash_hex[65], char sig_hex[129])
+{
+    unsigned char hash[HASH_LEN], sig[SIG_LEN];
+    if (from_hex(hash_hex, hash, HASH_LEN) != 0)
+        return TALLY_INVAL;
+    EVP_PKEY *pkey = NULL;
+    tally_err err = load_key(key_path, 0, &pkey);
+    if (err != TALLY_OK)
+        return err;
+    err = TALLY_CRYPTO;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        goto out_key;
+    size_t sig_len = sizeof sig;
+    /* Ed25519 is "pure": no separate digest, hence the NULL md. */
+    if (EVP_DigestSignInit(ctx, NULL, NULL, NULL, pkey) == 1 &&
+        EVP_DigestSign(ctx, sig, &sig_len, hash, sizeof hash) == 1 && sig_len == SIG_LEN) {
+        to_hex(sig, SIG_LEN, sig_hex);
+        err = TALLY_OK;
+    }
+    EVP_MD_CTX_free(ctx);
+out_key:
+    EVP_PKEY_free(pkey);
+    ERR_clear_error();
+    return err;
+}
+
+tally_err tally_verify_hash(const char *key_path, const char hash_hex[65], const char sig_hex[129])
+{
+    unsigned char hash[HASH_LEN], sig[SIG_LEN];
+    /* A malformed hash or signature cannot have been produced by Tally. */
+    if (from_hex(hash_hex, hash, HASH_LEN) != 0 || from_hex(sig_hex, sig, SIG_LEN) != 0)
+        return TALLY_TAMPERED;
+    EVP_PKEY *pkey = NULL;
+    tally_err err = load_key(key_path, 1, &pkey);
+    if (err != TALLY_OK)
+        return err;
+    err = TALLY_CRYPTO;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        goto out_key;
+    if (EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, pkey) == 1) {
+        int ok = EVP_DigestVerify(ctx, sig, sizeof sig, hash, sizeof hash);
+        err = ok == 1 ? TALLY_OK : ok == 0 ? TALLY_TAMPERED : TALLY_CRYPTO;
+    }
+    EVP_MD_CTX_free(ctx);
+out_key:
+    EVP_PKEY_free(pkey);
+    ERR_clear_error();
+    return err;
+}
