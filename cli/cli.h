@@ -23,8 +23,8 @@ typedef struct cli_ctx {
 
 typedef struct cli_command {
     const char *name;
-    const char *usage;   /* one line: arguments after the name */
-    const char *summary; /* one line: what it does */
+    const char *usage;                               /* one line: arguments after the name */
+    const char *summary;                             /* one line: what it does */
     int (*run)(cli_ctx *ctx, int argc, char **argv); /* argv[0] is the name */
 } cli_command;
 
@@ -44,6 +44,21 @@ int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out);
 int cli_parse_time(const cli_ctx *ctx, const char *what, const char *s, int64_t *out);
 int cli_parse_int(const cli_ctx *ctx, const char *what, const char *s, int64_t min, int64_t max,
                   int64_t *out);
+
+/* One long option: "--name VALUE" / "--name=VALUE" when value is set, a bare
+ * "--name" flag when flag is set. */
+typedef struct cli_opt {
+    const char *name; /* without the dashes */
+    const char **value;
+    bool *flag;
+} cli_opt;
+
+/* Parses argv[1..] into the options (NULL-name terminated) and positional
+ * arguments (at most max_pos, stored in pos, count in *npos). "--" ends
+ * options. Unknown options, missing values and too many positionals print a
+ * one-line error plus the usage and return CLI_USAGE. */
+int cli_parse(const cli_ctx *ctx, int argc, char **argv, const cli_opt *opts, char **pos,
+              int max_pos, int *npos);
 
 /* Reads a whole file ("-" is stdin) into a malloc'd NUL-terminated buffer. */
 int cli_read_file(const cli_ctx *ctx, const char *path, char **data, size_t *len);

@@ -1,9 +1,112 @@
-/* tally credit: placeholder until implemented. */
+/* tally credit grant ACCOUNT AMOUNT --kind K [--currency C] [--priority N]
+ *                    [--effective T] [--expires T] [--scope EXPR] */
+#include <stdio.h>
+#include <string.h>
+
 #include "cli.h"
+#include "tally/money.h"
+#include "tally/rating.h"
+
+typedef struct grant_args {
+    const char *kind, *currency, *priority, *effective, *expires, *scope;
+} grant_args;
+
+/* Validates what can be checked before the ledger is opened. */
+static int check_args(cli_ctx *ctx, const grant_args *a, tally_grant_spec *g)
+{
+    int rc;
+    int64_t prio = 50;
+    if (!a->kind)
+        return cli_error(ctx, CLI_USAGE,
+                         "--kind is required (trial, coupon, prepaid, "
+                         "insurance, goodwill)");
+    if (tally_grant_kind_from_name(a->kind, &g->kind) != TALLY_OK)
+        return cli_error(ctx, CLI_USAGE, "unknown credit kind '%s'", a->kind);
+    if (a->priority && (rc = cli_parse_int(ctx, "--priority", a->priority, 0, 1000000, &prio)))
+        return rc;
+    g->priority = (int)prio;
+    g->effective_s = tally_now_s();
+    g->expires_s = TALLY_TIME_MAX;
+    if (a->effective && (rc = cli_parse_time(ctx, "--effective", a->effective, &g->effective_s)))
+        return rc;
+    if (a->expires && (rc = cli_parse_time(ctx, "--expires", a->expires, &g->expires_s)))
+        return rc;
+    if (g->expires_s <= g->effective_s)
+        return cli_error(ctx, CLI_USAGE, "--expires must be after --effective");
+    tally_scope scope;
+    const char *why = NULL;
+    g->scope = a->scope ? a->scope : "";
+    if (tally_scope_parse(g->scope, &scope, &why) != TALLY_OK)
+        return cli_error(ctx, CLI_USAGE, "--scope '%s': %s", g->scope, why ? why : "malformed");
+    if (a->currency && !tally_currency_find(a->currency))
+        return cli_error(ctx, CLI_USAGE, "unknown currency '%s'", a->currency);
+    return CLI_OK;
+}
+
+/* The account's currency, creating the account if it is new. */
+static int account_currency(cli_ctx *ctx, tally_ledger *l, const char *account, const char *wanted,
+                            tally_account *a)
+{
+    tally_err e = tally_ledger_account_get(l, account, a);
+    if (e == TALLY_NOT_FOUND) {
+        e = tally_ledger_account_set(l, account, wanted, NULL, NULL);
+        if (e == TALLY_OK)
+            e = tally_ledger_account_get(l, account, a);
+    }
+    if (e)
+        return cli_error(ctx, CLI_FAIL, "account %s: %s", account, tally_err_str(e));
+    return CLI_OK;
+}
 
 int cmd_credit(cli_ctx *ctx, int argc, char **argv)
 {
     if (cli_wants_help(ctx, argc, argv))
         return CLI_OK;
-    return cli_error(ctx, CLI_FAIL, "not implemented yet");
+    grant_args a = {0};
+    const cli_opt opts[] = {{"kind", &a.kind, NULL},
+                            {"currency", &a.currency, NULL},
+                            {"priority", &a.priority, NULL},
+                            {"effective", &a.effective, NULL},
+                            {"expires", &a.expires, NULL},
+                            {"scope", &a.scope, NULL},
+                            {0}};
+    char *pos[3];
+    int npos = 0;
+    int rc = cli_parse(ctx, argc, argv, opts, pos, 3, &npos);
+    if (rc)
+        return rc;
+    if (npos != 3 || strcmp(pos[0], "grant") != 0) {
+        cli_usage(ctx, true);
+        return CLI_USAGE;
+    }
+    tally_grant_spec g = {.account = pos[1], .currency = a.currency};
+    if ((rc = check_args(ctx, &a, &g)))
+        return rc;
+    tally_ledger *l = NULL;
+    if ((rc = cli_open_ledger(ctx, &l)))
+        return rc;
+    tally_account acct;
+    if ((rc = account_currency(ctx, l, pos[1], a.currency, &acct)))
+        goto out;
+    const tally_currency *cur = tally_currency_find(a.currency ? a.currency : acct.currency);
+    const char *why = NULL;
+    if (!cur ||
+        tally_amount_parse(pos[2], strlen(pos[2]), cur->minor_digits, false, &g.amount_minor,
+                           &why) != TALLY_OK ||
+        g.amount_minor <= 0) {
+        rc = cli_error(ctx, CLI_USAGE, "amount '%s': %s", pos[2],
+                       why ? why : "must be greater than zero");
+        goto out;
+    }
+    char msg[256] = "";
+    int64_t id = 0;
+    tally_err e = tally_ledger_grant_add(l, &g, &id, msg, sizeof msg);
+    if (e == TALLY_OK)
+        printf("%lld\n", (long long)id);
+    else
+        rc = cli_error(ctx, e == TALLY_DB || e == TALLY_IO ? CLI_FAIL : CLI_USAGE, "%s",
+                       msg[0] ? msg : tally_err_str(e));
+out:
+    tally_ledger_close(l);
+    return rc;
 }

@@ -96,3 +96,52 @@ int cli_read_file(const cli_ctx *ctx, const char *path, char **data, size_t *len
     *len = b.len;
     return CLI_OK;
 }
+
+static const cli_opt *find_opt(const cli_opt *opts, const char *name, size_t len)
+{
+    for (const cli_opt *o = opts; o && o->name; o++)
+        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0)
+            return o;
+    return NULL;
+}
+
+int cli_parse(const cli_ctx *ctx, int argc, char **argv, const cli_opt *opts, char **pos,
+              int max_pos, int *npos)
+{
+    bool only_pos = false;
+    *npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!only_pos && strcmp(a, "--") == 0) {
+            only_pos = true;
+            continue;
+        }
+        if (only_pos || strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            if (*npos >= max_pos) {
+                cli_usage(ctx, true);
+                return cli_error(ctx, CLI_USAGE, "unexpected argument '%s'", a);
+            }
+            pos[(*npos)++] = argv[i];
+            continue;
+        }
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        const cli_opt *o = find_opt(opts, name, eq ? (size_t)(eq - name) : strlen(name));
+        if (!o) {
+            cli_usage(ctx, true);
+            return cli_error(ctx, CLI_USAGE, "unknown option '%s'", a);
+        }
+        if (o->flag) {
+            if (eq)
+                return cli_error(ctx, CLI_USAGE, "option --%s takes no value", o->name);
+            *o->flag = true;
+        } else if (eq) {
+            *o->value = eq + 1;
+        } else if (i + 1 < argc) {
+            *o->value = argv[++i];
+        } else {
+            return cli_error(ctx, CLI_USAGE, "option --%s needs a value", o->name);
+        }
+    }
+    return CLI_OK;
+}
