@@ -1,9 +1,275 @@
-/* tally demo: placeholder until implemented. */
+/* tally demo: the main job on embedded defaults.
+ *
+ *   1. starts the embedded broker (`tally broker`, its own process);
+ *   2. produces the fixture stream (cli/demo_stream.c) to it, keyed by account;
+ *   3. meters it exactly once into a fresh ledger (`tally meter --until-idle`);
+ *   4. finalizes, signs and writes the March 2026 invoices;
+ *   5. prints a summary table and where the files are.
+ * Everything lands in a fresh output folder. */
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cli.h"
+#include "demo_stream.h"
+#include "tally/buf.h"
+#include "tally/sign.h"
+
+typedef struct demo {
+    cli_ctx *ctx;
+    char out[512];
+    char db[600];
+    char key[600];
+    char self[1024];
+    char bootstrap[256];
+    pid_t broker;
+    long produced;
+} demo;
+
+static int make_out_dir(demo *d, const char *wanted)
+{
+    if (wanted) {
+        snprintf(d->out, sizeof d->out, "%s", wanted);
+    } else {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        char stamp[32];
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+        snprintf(d->out, sizeof d->out, "tally-demo-%s", stamp);
+    }
+    if (mkdir(d->out, 0755) != 0)
+        return cli_error(d->ctx, CLI_USAGE, "cannot create a fresh output folder %s: %s", d->out,
+                         errno == EEXIST ? "it already exists" : strerror(errno));
+    snprintf(d->db, sizeof d->db, "%s/tally.db", d->out);
+    snprintf(d->key, sizeof d->key, "%s/tally.key", d->out);
+    return CLI_OK;
+}
+
+/* Runs one of our own subcommands in this process against the demo ledger. */
+static int run_self(demo *d, const char *const *args)
+{
+    char *argv[20];
+    int argc = 0;
+    for (; args[argc] && argc < 19; argc++)
+        argv[argc] = (char *)args[argc];
+    argv[argc] = NULL;
+    const cli_command *c = cli_find(argv[0]);
+    if (!c)
+        return cli_error(d->ctx, CLI_FAIL, "no command %s", argv[0]);
+    cli_ctx sub = {.db_path = d->db, .key_path = d->key, .cmd = c->name};
+    fflush(stdout);
+    int rc = c->run(&sub, argc, argv);
+    fflush(stdout);
+    return rc;
+}
+
+/* Starts `tally broker` and reads its bootstrap address from the first line. */
+static int start_broker(demo *d)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return cli_error(d->ctx, CLI_FAIL, "pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        return cli_error(d->ctx, CLI_FAIL, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execl(d->self, d->self, "broker", "--partitions", "4", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    d->broker = pid;
+    FILE *f = fdopen(fds[0], "r");
+    if (!f || !fgets(d->bootstrap, sizeof d->bootstrap, f)) {
+        if (f)
+            fclose(f);
+        return cli_error(d->ctx, CLI_FAIL, "the broker did not start");
+    }
+    fclose(f);
+    d->bootstrap[strcspn(d->bootstrap, "\r\n")] = '\0';
+    return CLI_OK;
+}
+
+static void stop_broker(demo *d)
+{
+    if (d->broker <= 0)
+        return;
+    kill(d->broker, SIGTERM);
+    waitpid(d->broker, NULL, 0);
+    d->broker = 0;
+}
+
+static tally_err produce_one(void *ctx, const char *key, const char *msg, size_t len)
+{
+    rd_kafka_t *rk = ctx;
+    for (;;) {
+        rd_kafka_resp_err_t err =
+            rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("usage"), RD_KAFKA_V_KEY(key, strlen(key)),
+                              RD_KAFKA_V_VALUE((void *)msg, len),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return TALLY_OK;
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            return TALLY_KAFKA;
+        rd_kafka_poll(rk, 50);
+    }
+}
+
+static tally_err count_and_produce(void *ctx, const char *key, const char *msg, size_t len)
+{
+    void **pair = ctx;
+    (*(long *)pair[1])++;
+    return produce_one(pair[0], key, msg, len);
+}
+
+static int produce(demo *d)
+{
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", d->bootstrap, err, sizeof err) ||
+        rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof err) ||
+        rd_kafka_conf_set(conf, "linger.ms", "20", err, sizeof err)) {
+        rd_kafka_conf_destroy(conf);
+        return cli_error(d->ctx, CLI_FAIL, "producer config: %s", err);
+    }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    if (!rk)
+        return cli_error(d->ctx, CLI_FAIL, "producer: %s", err);
+    void *pair[2] = {rk, &d->produced};
+    tally_err e = demo_stream(count_and_produce, pair);
+    rd_kafka_resp_err_t ferr = rd_kafka_flush(rk, 30000);
+    rd_kafka_destroy(rk);
+    if (e || ferr)
+        return cli_error(d->ctx, CLI_FAIL, "producing the fixture stream failed: %s",
+                         e ? tally_err_str(e) : rd_kafka_err2str(ferr));
+    return CLI_OK;
+}
+
+static int run_meter(demo *d)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return cli_error(d->ctx, CLI_FAIL, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        execl(d->self, d->self, "--db", d->db, "meter", "--brokers", d->bootstrap, "--topic",
+              "usage", "--group", "tally-demo", "--dlq-topic", "usage-dlq", "--until-idle", "2",
+              (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return cli_error(d->ctx, CLI_FAIL, "the meter failed (status %d)", st);
+    return CLI_OK;
+}
+
+static tally_err summary_row(void *ctx, int ncols, const char *const *c)
+{
+    (void)ncols;
+    (void)ctx;
+    printf("  %-16s %-16s %-4s %12s %12s %12s\n", c[0], c[1], c[2], c[3], c[4], c[5]);
+    return TALLY_OK;
+}
+
+static int summary(demo *d)
+{
+    tally_ledger *l = NULL;
+    cli_ctx sub = {.db_path = d->db, .cmd = "demo"};
+    int rc = cli_open_ledger(&sub, &l);
+    if (rc)
+        return rc;
+    printf("\n  %-16s %-16s %-4s %12s %12s %12s\n", "account", "invoice", "cur", "subtotal",
+           "credits", "amount due");
+    tally_err e = tally_ledger_query(
+        l,
+        "SELECT account, id, currency, json_extract(doc, '$.subtotal'), "
+        "json_extract(doc, '$.total_credits'), json_extract(doc, '$.amount_due') "
+        "FROM invoices WHERE doc_type = 'invoice' ORDER BY account",
+        NULL, 0, summary_row, NULL);
+    tally_ledger_close(l);
+    if (e)
+        return cli_error(d->ctx, CLI_FAIL, "cannot read the invoices");
+    printf("\n  messages produced: %ld (including redelivered duplicates and poison)\n",
+           d->produced);
+    printf("  invoices (JSON, CSV, HTML): %s/\n  ledger: %s\n  signing key: %s\n", d->out, d->db,
+           d->key);
+    printf("\n  check it: tally --db %s --key %s verify\n", d->db, d->key);
+    return CLI_OK;
+}
+
+static int steps(demo *d)
+{
+    static const char *const keygen[] = {"keygen", NULL};
+    static const char *const init[] = {"init", NULL};
+    static const char *const inv[] = {"invoice",    "run",   "--period", DEMO_PERIOD,
+                                      "--finalize", "--out", NULL,       NULL};
+    int rc;
+    printf("== 1. ledger, signing key and price book in %s\n", d->out);
+    if ((rc = run_self(d, keygen)) || (rc = run_self(d, init)))
+        return rc;
+    for (const demo_step *s = demo_setup; s->argv[0]; s++)
+        if ((rc = run_self(d, s->argv)))
+            return rc;
+    printf("== 2. embedded broker\n");
+    if ((rc = start_broker(d)))
+        return rc;
+    printf("   bootstrap %s\n== 3. producing the fixture stream\n", d->bootstrap);
+    if ((rc = produce(d)))
+        return rc;
+    printf("   %ld messages\n== 4. metering (exactly once, until idle)\n", d->produced);
+    if ((rc = run_meter(d)))
+        return rc;
+    printf("== 5. invoices for %s\n", DEMO_PERIOD);
+    const char *args[8];
+    memcpy(args, inv, sizeof inv);
+    args[6] = d->out;
+    if ((rc = run_self(d, args)))
+        return rc;
+    return summary(d);
+}
+
+static tally_err print_line(void *ctx, const char *key, const char *msg, size_t len)
+{
+    (void)ctx;
+    (void)key;
+    fwrite(msg, 1, len, stdout);
+    fputc('\n', stdout);
+    return TALLY_OK;
+}
 
 int cmd_demo(cli_ctx *ctx, int argc, char **argv)
 {
     if (cli_wants_help(ctx, argc, argv))
         return CLI_OK;
-    return cli_error(ctx, CLI_FAIL, "not implemented yet");
+    const char *out = NULL;
+    bool emit = false;
+    const cli_opt opts[] = {{"out", &out, NULL}, {"emit-ndjson", NULL, &emit}, {0}};
+    char *pos[1];
+    int npos = 0;
+    int rc = cli_parse(ctx, argc, argv, opts, pos, 0, &npos);
+    if (rc)
+        return rc;
+    if (emit)
+        return demo_stream(print_line, NULL) ? CLI_FAIL : CLI_OK;
+    demo d = {.ctx = ctx};
+    ssize_t n = readlink("/proc/self/exe", d.self, sizeof d.self - 1);
+    if (n <= 0)
+        return cli_error(ctx, CLI_FAIL, "cannot find the tally executable");
+    d.self[n] = '\0';
+    if ((rc = make_out_dir(&d, out)))
+        return rc;
+    rc = steps(&d);
+    stop_broker(&d);
+    return rc;
 }

@@ -6,7 +6,7 @@
 #include "cli.h"
 
 const cli_command cli_commands[] = {
-    {"demo", "[--out DIR] [--keep]",
+    {"demo", "[--out DIR] [--emit-ndjson]",
      "run the main job on embedded defaults: broker, fixture stream, meter, invoices", cmd_demo},
     {"init", "", "create the ledger and load the fixture rate card", cmd_init},
     {"account", "set ACCOUNT [--currency C] [--timezone TZ] [--name TEXT]",
