@@ -1,0 +1,134 @@
+/* The Kafka side of Tally: the embedded broker and the meter.
+ *
+ * The embedded broker (tally_broker) is librdkafka's mock cluster: several
+ * in-process brokers that speak enough of the Kafka protocol for producers,
+ * consumer groups and offset commits. It listens on 127.0.0.1 only. Messages
+ * live in memory only and each partition keeps about its newest 5 MB (and at
+ * most 100,000 produced message sets); older data is dropped, as if by
+ * retention. It is for the demo, tests and benchmarks, not for production.
+ *
+ * The meter (tally_consumer) is one member of a Kafka consumer group that
+ * writes usage into a ledger exactly once: each partition's next offset is
+ * stored in the ledger in the same transaction as the batch of events it
+ * ends, with compare-and-set, so a restarted, rebalanced or stale member can
+ * neither lose nor double-count a message. Offsets are also committed to
+ * Kafka after each ledger commit, but only so that lag can be watched; the
+ * ledger is the source of truth. */
+#ifndef TALLY_METER_H
+#define TALLY_METER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tally/err.h"
+#include "tally/ledger.h"
+
+/* ---- Embedded broker ------------------------------------------------------ */
+
+typedef struct tally_broker tally_broker;
+
+typedef struct tally_broker_opts {
+    int brokers;       /* mock brokers, ids 1..brokers; 0: 3 */
+    int port;          /* 0: none; else also accept bootstrap connections on
+                          127.0.0.1:port (see tally_broker_bootstrap) */
+    const char *topic; /* NULL: "usage" */
+    int partitions;    /* of topic; 0: 8 */
+} tally_broker_opts;
+
+/* Starts the mock cluster and creates the topic, "usage-dlq" (with as many
+ * partitions as the topic) and "invoices" (1 partition). The mock cluster
+ * binds ephemeral loopback ports that cannot be chosen; with opts->port set,
+ * a forwarder listens on that port and relays each connection to the first
+ * broker that accepts it. Clients bootstrap through it, but the cluster's
+ * metadata still names the brokers' own ports, which clients then use
+ * directly. On error *out is NULL and why says what failed.
+ * Errors: TALLY_INVAL, TALLY_IO (port in use), TALLY_KAFKA, TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_broker_create(const tally_broker_opts *opts, tally_broker **out,
+                                               char *why, size_t cap);
+
+/* Stops the cluster (dropping its messages) and the forwarder; accepts NULL. */
+void tally_broker_destroy(tally_broker *b);
+
+/* The bootstrap.servers string: "127.0.0.1:<port>" when a port was asked
+ * for, else the brokers' own "127.0.0.1:p1,127.0.0.1:p2,...". Owned by b. */
+const char *tally_broker_bootstrap(const tally_broker *b);
+
+/* Creates a topic (replication: min(3, brokers)).
+ * Errors: TALLY_INVAL, TALLY_KAFKA (e.g. it exists). */
+TALLY_MUST_CHECK tally_err tally_broker_topic_create(tally_broker *b, const char *topic,
+                                                     int partitions);
+
+/* Applies one fault-injection command, for tests:
+ *   error API COUNT ERR   the next COUNT requests of API (Fetch, OffsetCommit,
+ *                         JoinGroup, SyncGroup, Heartbeat, ...; or a number)
+ *                         fail with ERR (a Kafka error name such as
+ *                         NOT_COORDINATOR or UNKNOWN, or a number)
+ *   clear API             drops the errors still pending for API
+ *   down ID / up ID       takes broker ID off the network / back
+ *   rtt ID MS             delays broker ID's responses by MS
+ *   topic NAME N          creates topic NAME with N partitions
+ * Errors: TALLY_PARSE (why says what is wrong), TALLY_KAFKA. */
+TALLY_MUST_CHECK tally_err tally_broker_control(tally_broker *b, const char *line, char *why,
+                                                size_t cap);
+
+/* ---- The meter ------------------------------------------------------------ */
+
+typedef struct tally_consumer tally_consumer;
+
+typedef struct tally_consumer_opts {
+    const char *brokers;        /* bootstrap.servers (loopback) */
+    const char *topic;          /* usage topic */
+    const char *group;          /* consumer group; NULL: "tally-meter" */
+    const char *dlq_topic;      /* NULL: rejected messages go to quarantine only */
+    int64_t until_idle_ms;      /* > 0: return once joined, caught up and no message
+                                   arrived for this long; 0: run until stopped */
+    int64_t batch_events;       /* commit after this many messages; 0: 10,000 */
+    int64_t batch_ms;           /* ... or this long after a batch's first; 0: 100 */
+    int64_t session_timeout_ms; /* group session timeout; 0: 10,000 */
+    bool no_pipeline;           /* decode and commit on one thread (default: two) */
+} tally_consumer_opts;
+
+typedef struct tally_consumer_stats {
+    int64_t messages;    /* consumed and committed to the ledger */
+    int64_t accepted;    /* billed events */
+    int64_t duplicates;  /* repeated (source, id): counted, not billed */
+    int64_t conflicts;   /* same key, different content: quarantined */
+    int64_t quarantined; /* rejected messages (conflicts not included) */
+    int64_t dlq;         /* copies produced to the dead-letter topic */
+    int64_t batches;     /* ledger transactions committed */
+    int64_t stale;       /* batches dropped because the offsets moved */
+    int64_t rebalances;  /* assignments received */
+    int64_t partitions;  /* partitions assigned now */
+    int64_t lag;         /* messages behind the high watermarks; -1: unknown */
+} tally_consumer_stats;
+
+/* Called about once a second from tally_consumer_run. */
+typedef void (*tally_consumer_progress_fn)(void *ctx, const tally_consumer_stats *st,
+                                           int64_t elapsed_ms);
+
+/* Creates a group member writing into l (borrowed; it must outlive c and not
+ * be used by anyone else while tally_consumer_run runs). Nothing is consumed
+ * before tally_consumer_run. On error *out is NULL and why says what failed.
+ * Errors: TALLY_INVAL, TALLY_KAFKA, TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_consumer_create(tally_ledger *l, const tally_consumer_opts *opts,
+                                                 tally_consumer **out, char *why, size_t cap);
+
+/* Joins the group and consumes until *stop becomes non-zero (e.g. set by a
+ * signal handler) or, with until_idle_ms, until idle. On return every
+ * consumed message is in the ledger (or was never committed there, so the
+ * group will deliver it again). progress may be NULL.
+ * Errors: TALLY_DB, TALLY_IO (the ledger refused a commit: nothing of that
+ * batch was stored), TALLY_KAFKA (a fatal consumer error), TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
+                                              tally_consumer_progress_fn progress, void *ctx);
+
+/* Totals so far. */
+void tally_consumer_stats_get(const tally_consumer *c, tally_consumer_stats *out);
+
+/* Leaves the group and frees c; accepts NULL. Flushes the dead-letter
+ * producer for up to 5 seconds. */
+void tally_consumer_destroy(tally_consumer *c);
+
+#endif
