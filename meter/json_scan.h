@@ -1,0 +1,96 @@
+/* A small, strict, allocation-free JSON scanner (RFC 8259), internal to the
+ * meter module. It is what tally_event_decode() reads events with.
+ *
+ * The scanner walks a buffer in place: the caller pulls an object's members
+ * one at a time and either descends into a value or reads it whole. Reading
+ * a value validates it completely (nested containers included) and hands back
+ * where its text lies in the buffer; nothing is copied or allocated. String
+ * contents are returned raw, escapes intact, and json_str_decode() unescapes
+ * them on demand. Numbers are returned as their exact text.
+ *
+ * Strictness: whitespace is space, tab, CR and LF only; strings must be valid
+ * UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF), with no raw
+ * control characters, only the eight short escapes and \uXXXX, and no lone
+ * surrogate in a \u escape; numbers follow the RFC grammar exactly (no leading
+ * zeros, no "1.", no "+1"); literals are lower case; a value may be nested at
+ * most JSON_MAX_DEPTH deep, the document's top value being at level 1 and
+ * every value, scalars included, counting as a level. A document is one value
+ * with only whitespace around it; the scanner does not look for duplicate
+ * keys (its caller does, for the objects it reads).
+ *
+ * Errors are sticky: the first one is kept (a static message and the byte
+ * offset where it was found) and every later call fails. */
+#ifndef TALLY_METER_JSON_SCAN_H
+#define TALLY_METER_JSON_SCAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define JSON_MAX_DEPTH 32
+
+typedef enum json_type {
+    JSON_ABSENT = 0, /* not read: used by callers for "no such member" */
+    JSON_STRING,
+    JSON_NUMBER,
+    JSON_TRUE,
+    JSON_FALSE,
+    JSON_NULL,
+    JSON_OBJECT,
+    JSON_ARRAY,
+} json_type;
+
+/* A value's place in the buffer. For a string, p/len are the bytes between
+ * the quotes (escapes intact); for anything else the value's whole text. */
+typedef struct json_val {
+    const char *p;
+    size_t len;
+    json_type type;
+    bool escaped; /* string only: holds at least one backslash escape */
+} json_val;
+
+typedef struct json_scan {
+    const char *start, *p, *end;
+    const char *err; /* first error, a static string; NULL while there is none */
+    size_t err_at;   /* its byte offset from start */
+} json_scan;
+
+/* Prepares to scan buf[0..len). buf is borrowed and need not be
+ * NUL-terminated; nothing past buf + len is read. */
+void json_scan_init(json_scan *s, const char *buf, size_t len);
+
+/* Skips whitespace and returns the next byte without consuming it, or 0 at
+ * the end of the buffer or after an error. */
+char json_scan_peek(json_scan *s);
+
+/* Reads one whole value at nesting level `level` into *v (v may be NULL). */
+bool json_scan_value(json_scan *s, int level, json_val *v);
+
+/* Consumes the '{' of an object at nesting level `level`; its members are
+ * then read with json_scan_member(), their values at level + 1. */
+bool json_scan_object_begin(json_scan *s, int level);
+
+/* Reads the next member key of the object being read, and the ':' after it.
+ * *first must be true on the first call after json_scan_object_begin() (it
+ * is cleared). Returns 1 with *key set (the value is next), 0 after the
+ * closing '}', -1 on error. */
+int json_scan_member(json_scan *s, bool *first, json_val *key);
+
+/* Succeeds if only whitespace is left. */
+bool json_scan_finish(json_scan *s);
+
+/* Records an error found by the caller (say, a duplicate key) at `at`, a
+ * place in the buffer, as if the scanner had found it; returns false. */
+bool json_scan_fail(json_scan *s, const char *at, const char *msg);
+
+/* Validates a whole document: one value, only whitespace around it. */
+bool json_scan_document(json_scan *s, const char *buf, size_t len);
+
+/* Unescapes the contents of a string value read by the scanner (so already
+ * valid) into dst, writing at most cap bytes and no NUL. Returns the full
+ * decoded length, which may exceed cap. */
+size_t json_str_decode(const json_val *v, char *dst, size_t cap);
+
+/* Whether two string values read by the scanner decode to the same bytes. */
+bool json_str_equal(const json_val *a, const json_val *b);
+
+#endif
