@@ -1,9 +1,30 @@
-/* tally verify: placeholder until implemented. */
+/* tally verify: checks the whole ledger (balances, invoice numbering, hash
+ * chain, signatures, append-only triggers, SQLite integrity). Exit 0 only if
+ * everything holds; otherwise the first bad record is named on stderr and
+ * the exit status is 1. */
+#include <stdio.h>
+
 #include "cli.h"
+#include "tally/sign.h"
 
 int cmd_verify(cli_ctx *ctx, int argc, char **argv)
 {
     if (cli_wants_help(ctx, argc, argv))
         return CLI_OK;
-    return cli_error(ctx, CLI_FAIL, "not implemented yet");
+    if (argc > 1) {
+        cli_usage(ctx, true);
+        return cli_error(ctx, CLI_USAGE, "unexpected argument '%s'", argv[1]);
+    }
+    tally_ledger *l = NULL;
+    int rc = cli_open_ledger(ctx, &l);
+    if (rc)
+        return rc;
+    char why[512] = "";
+    tally_err e = tally_ledger_verify(l, ctx->key_path, why, sizeof why);
+    if (e == TALLY_OK)
+        printf("ok: %s\n", why[0] ? why : "ledger verified");
+    else
+        rc = cli_error(ctx, CLI_FAIL, "FAILED: %s", why[0] ? why : tally_err_str(e));
+    tally_ledger_close(l);
+    return rc;
 }

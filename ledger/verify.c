@@ -1,0 +1,591 @@
+/* tally_ledger_verify: everything a ledger promises, checked from its bytes.
+ *
+ * The checks run in a fixed order and stop at the first failure, which is
+ * described as "<record>: <what is wrong>":
+ *   1. SQLite's integrity_check;
+ *   2. the triggers of schemas/001_init.sql (append-only guards and the
+ *      balances trigger) exist with their original SQL;
+ *   3. double entry: every posting belongs to an entry, every entry balances
+ *      per currency, debits equal credits per currency;
+ *   4. every balances row equals the sum of its postings, and every posted
+ *      ledger account has one;
+ *   5. invoice and credit note numbers run 1, 2, 3... per (type, year) and
+ *      ids match them; entries refer to documents and grants that exist;
+ *   6. each stored document: re-hashes to its hash, carries the hash,
+ *      prev_hash and signature of its row, links to the previous document's
+ *      hash, has a valid signature, and adds up (lines to subtotal, credits to
+ *      total_credits, subtotal - credits to amount_due) with the same totals
+ *      as its row;
+ *   7. the invoice_lines and invoice_credits rows agree with the totals.
+ * Everything is read in one read transaction, so a concurrent writer cannot
+ * make a consistent ledger look inconsistent. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "ledger_int.h"
+#include "tally/embed.h"
+#include "tally/sign.h"
+
+#define ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
+
+typedef struct vctx {
+    tally_ledger *l;
+    const char *key_path;
+    char *why;
+    size_t cap;
+    int64_t n_docs;
+} vctx;
+
+static tally_err fail(vctx *v, tally_err err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static tally_err fail(vctx *v, tally_err err, const char *fmt, ...)
+{
+    if (v->cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(v->why, v->cap, fmt, ap);
+        va_end(ap);
+    }
+    return err;
+}
+
+static tally_err db_fail(vctx *v, tally_err err)
+{
+    return fail(v, err, "ledger database: %s", tally_ledger_errmsg(v->l));
+}
+
+static const char *col_text(sqlite3_stmt *st, int i)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+    return s ? (const char *)s : "";
+}
+
+/* ---- 1. integrity --------------------------------------------------------- */
+
+static tally_err check_integrity(vctx *v)
+{
+    sqlite3_stmt *st;
+    tally_err err = ledger_prepare(v->l, "PRAGMA integrity_check", &st);
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW)
+        err = db_fail(v, ledger_sqlite_err(v->l, rc));
+    else if (strcmp(col_text(st, 0), "ok") != 0)
+        err = fail(v, TALLY_TAMPERED, "database file: integrity_check: %s", col_text(st, 0));
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* ---- 2. triggers ---------------------------------------------------------- */
+
+/* Whitespace-insensitive equality of two SQL texts (runs of blanks are one). */
+static int sql_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t i = 0, j = 0;
+    for (;;) {
+        int sa = 0, sb = 0;
+        while (i < alen && (a[i] == ' ' || a[i] == '\n' || a[i] == '\t' || a[i] == '\r'))
+            i++, sa = 1;
+        while (j < blen && (b[j] == ' ' || b[j] == '\n' || b[j] == '\t' || b[j] == '\r'))
+            j++, sb = 1;
+        if (i == alen || j == blen)
+            return i == alen && j == blen;
+        if (sa != sb || a[i] != b[j])
+            return 0;
+        i++, j++;
+    }
+}
+
+/* The next "CREATE TRIGGER name ... END" in the schema text from *pos: its
+ * name and statement (without the ';'). Returns 0 when there is none. */
+static int next_schema_trigger(const char *text, const char **pos, char *name, size_t cap,
+                               const char **stmt, size_t *len)
+{
+    static const char kw[] = "CREATE TRIGGER ";
+    const char *s = strstr(*pos, kw);
+    if (!s)
+        return 0;
+    const char *n = s + sizeof kw - 1;
+    size_t nl = strcspn(n, " \n\t");
+    const char *end = strstr(n, "END;");
+    if (!end || nl == 0 || nl >= cap)
+        return 0;
+    memcpy(name, n, nl);
+    name[nl] = '\0';
+    *stmt = s;
+    *len = (size_t)(end + 3 - s);
+    *pos = end + 4;
+    (void)text;
+    return 1;
+}
+
+static tally_err check_one_trigger(vctx *v, sqlite3_stmt *st, const char *name, const char *want,
+                                   size_t want_len)
+{
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+        return fail(v, TALLY_TAMPERED, "trigger %s: missing (the ledger's protection was removed)",
+                    name);
+    if (rc != SQLITE_ROW)
+        return db_fail(v, ledger_sqlite_err(v->l, rc));
+    const char *have = col_text(st, 0);
+    if (!sql_equal(have, strlen(have), want, want_len))
+        return fail(v, TALLY_TAMPERED, "trigger %s: definition differs from the schema's", name);
+    return TALLY_OK;
+}
+
+static tally_err check_triggers(vctx *v)
+{
+    const tally_embedded *schema = tally_embedded_find("schemas/001_init.sql");
+    if (!schema)
+        return fail(v, TALLY_INTERNAL, "schemas/001_init.sql is not compiled in");
+    sqlite3_stmt *st;
+    tally_err err = ledger_prepare(
+        v->l, "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?1", &st);
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    const char *pos = schema->data, *stmt;
+    size_t len, seen = 0;
+    char name[96];
+    while (err == TALLY_OK &&
+           next_schema_trigger(schema->data, &pos, name, sizeof name, &stmt, &len)) {
+        err = check_one_trigger(v, st, name, stmt, len);
+        seen++;
+    }
+    sqlite3_finalize(st);
+    if (err == TALLY_OK && seen == 0)
+        err = fail(v, TALLY_INTERNAL, "schemas/001_init.sql lists no triggers");
+    return err;
+}
+
+/* ---- 3-5, 7. checks written as SQL ---------------------------------------- */
+
+/* Each query returns one row per violation, its first column saying what is
+ * wrong with which record; the first row (in the query's order) is reported. */
+static const char *const sql_checks_ledger[] = {
+    /* 3. double entry */
+    "SELECT 'posting ' || p.id || ': entry ' || p.entry_id || ' does not exist' "
+    "FROM postings p LEFT JOIN entries e ON e.id = p.entry_id WHERE e.id IS NULL "
+    "ORDER BY p.id LIMIT 1",
+    "SELECT 'entry ' || e.id || ' (' || e.kind || ' ' || e.ref || '): debits ' || "
+    "sum(p.debit_minor) || ' != credits ' || sum(p.credit_minor) || ' ' || p.currency || "
+    "' (minor units)' FROM postings p JOIN entries e ON e.id = p.entry_id "
+    "GROUP BY p.entry_id, p.currency HAVING sum(p.debit_minor) != sum(p.credit_minor) "
+    "ORDER BY p.entry_id LIMIT 1",
+    "SELECT 'currency ' || currency || ': debits ' || sum(debit_minor) || ' != credits ' || "
+    "sum(credit_minor) || ' (minor units)' FROM postings GROUP BY currency "
+    "HAVING sum(debit_minor) != sum(credit_minor) ORDER BY currency LIMIT 1",
+    /* 4. balances */
+    "SELECT 'balance ' || b.ledger_acct || ' ' || b.currency || ': stored debit ' || "
+    "b.debit_minor || ' credit ' || b.credit_minor || ', postings say debit ' || "
+    "coalesce(p.d, 0) || ' credit ' || coalesce(p.c, 0) FROM balances b "
+    "LEFT JOIN (SELECT ledger_acct, currency, sum(debit_minor) d, sum(credit_minor) c "
+    "FROM postings GROUP BY 1, 2) p USING (ledger_acct, currency) "
+    "WHERE b.debit_minor != coalesce(p.d, 0) OR b.credit_minor != coalesce(p.c, 0) "
+    "ORDER BY b.ledger_acct, b.currency LIMIT 1",
+    "SELECT 'balance ' || p.ledger_acct || ' ' || p.currency || ': missing, but it has "
+    "postings' FROM postings p LEFT JOIN balances b USING (ledger_acct, currency) "
+    "WHERE b.ledger_acct IS NULL ORDER BY p.id LIMIT 1",
+    /* 5. numbering and references */
+    "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
+    "': number ' || number || ' where ' || rn || ' was due (numbers of ' || doc_type || "
+    "' ' || year || ' must have no gaps)' FROM (SELECT id, doc_type, year, number, "
+    "row_number() OVER (PARTITION BY doc_type, year ORDER BY number) rn FROM invoices) "
+    "WHERE number != rn ORDER BY doc_type, year, number LIMIT 1",
+    "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
+    "': id does not match its type, year and number' FROM invoices WHERE id != "
+    "(CASE doc_type WHEN 'invoice' THEN 'INV' ELSE 'CN' END) || printf('-%04d-%06d', year, "
+    "number) ORDER BY seq LIMIT 1",
+    "SELECT 'credit note ' || c.id || ': refers to ' || coalesce(c.refers_to, 'nothing') || "
+    "', which is not an earlier invoice' FROM invoices c WHERE c.doc_type = 'credit_note' "
+    "AND NOT EXISTS (SELECT 1 FROM invoices i WHERE i.id = c.refers_to AND i.doc_type = "
+    "'invoice' AND i.seq < c.seq) ORDER BY c.seq LIMIT 1",
+    "SELECT 'entry ' || e.id || ' (' || e.kind || ' ' || e.ref || '): no such document' "
+    "FROM entries e WHERE e.kind IN ('invoice', 'void') AND NOT EXISTS (SELECT 1 FROM "
+    "invoices i WHERE i.id = e.ref) ORDER BY e.id LIMIT 1",
+    "SELECT 'entry ' || e.id || ' (grant ' || e.ref || '): no such grant' FROM entries e "
+    "WHERE e.kind = 'grant' AND NOT EXISTS (SELECT 1 FROM grants g WHERE CAST(g.id AS TEXT) "
+    "= e.ref) ORDER BY e.id LIMIT 1",
+    NULL,
+};
+
+static const char *const sql_checks_rows[] = {
+    /* 7. invoice rows against their line and credit rows */
+    "SELECT 'invoice line ' || l.invoice_seq || '/' || l.line_no || ': its invoice does "
+    "not exist' FROM invoice_lines l WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE "
+    "i.seq = l.invoice_seq) ORDER BY 1 LIMIT 1",
+    "SELECT 'invoice credit ' || c.invoice_seq || '/' || c.grant_id || ': its invoice does "
+    "not exist' FROM invoice_credits c WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE "
+    "i.seq = c.invoice_seq) ORDER BY 1 LIMIT 1",
+    "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
+    "': its line rows sum to ' || s || ', not the subtotal ' || subtotal_minor || "
+    "' (minor units)' FROM (SELECT i.*, (SELECT coalesce(sum(amount_minor), 0) FROM "
+    "invoice_lines l WHERE l.invoice_seq = i.seq) s FROM invoices i) "
+    "WHERE s != subtotal_minor ORDER BY seq LIMIT 1",
+    "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
+    "': its credit rows sum to ' || s || ', not the total credits ' || credits_minor || "
+    "' (minor units)' FROM (SELECT i.*, (SELECT coalesce(sum(amount_minor), 0) FROM "
+    "invoice_credits c WHERE c.invoice_seq = i.seq) s FROM invoices i) "
+    "WHERE s != credits_minor ORDER BY seq LIMIT 1",
+    NULL,
+};
+
+static tally_err run_sql_check(vctx *v, const char *sql)
+{
+    sqlite3_stmt *st;
+    tally_err err = ledger_prepare(v->l, sql, &st);
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        err = fail(v, TALLY_TAMPERED, "%s", col_text(st, 0));
+    else if (rc != SQLITE_DONE)
+        err = db_fail(v, ledger_sqlite_err(v->l, rc));
+    sqlite3_finalize(st);
+    return err;
+}
+
+static tally_err run_sql_list(vctx *v, const char *const *list)
+{
+    tally_err err = TALLY_OK;
+    for (size_t i = 0; err == TALLY_OK && list[i]; i++)
+        err = run_sql_check(v, list[i]);
+    return err;
+}
+
+static tally_err check_ledger_sql(vctx *v)
+{
+    return run_sql_list(v, sql_checks_ledger);
+}
+
+static tally_err check_rows_sql(vctx *v)
+{
+    return run_sql_list(v, sql_checks_rows);
+}
+
+/* ---- 6. documents ----------------------------------------------------------- */
+
+/* One stored document and the row that holds it. */
+typedef struct vdoc_row {
+    const char *id;
+    bool credit_note;
+    const char *doc;
+    size_t doc_len;
+    const char *hash, *prev_hash, *signature, *currency, *account, *refers_to;
+    int64_t subtotal_minor, credits_minor, amount_due_minor;
+    const char *expect_prev; /* the previous document's hash, or zeros */
+    const char *prev_id;     /* the previous document's id, or "" */
+} vdoc_row;
+
+/* The signed form ends `,"prev_hash":"<64>","hash":"<64>","signature":"<128>"}`;
+ * the hash covers everything up to the prev_hash value, then '}'. */
+static const char k_prev[] = ",\"prev_hash\":\"";
+static const char k_hash[] = ",\"hash\":\"";
+static const char k_sig[] = "\",\"signature\":\"";
+#define TAIL_LEN (sizeof k_hash - 1 + 64 + sizeof k_sig - 1 + 128 + 2)
+#define PREV_LEN (sizeof k_prev - 1 + 64 + 1)
+
+typedef struct vdoc_parts {
+    size_t body_len; /* bytes before `,"hash"` */
+    char hash[65], prev[65], sig[129];
+} vdoc_parts;
+
+static int all_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* Splits a signed document into its parts; 0 if it has the signed form. */
+static int split_doc(const char *d, size_t len, vdoc_parts *p)
+{
+    if (len < 2 + PREV_LEN + TAIL_LEN || d[0] != '{' || memcmp(d + len - 2, "\"}", 2) != 0)
+        return -1;
+    const char *t = d + len - TAIL_LEN;
+    const char *h = t + sizeof k_hash - 1, *sg = h + 64 + sizeof k_sig - 1;
+    if (memcmp(t, k_hash, sizeof k_hash - 1) != 0 || !all_hex(h, 64) ||
+        memcmp(h + 64, k_sig, sizeof k_sig - 1) != 0 || !all_hex(sg, 128))
+        return -1;
+    const char *pv = t - PREV_LEN;
+    if (memcmp(pv, k_prev, sizeof k_prev - 1) != 0 || !all_hex(pv + sizeof k_prev - 1, 64) ||
+        t[-1] != '"')
+        return -1;
+    p->body_len = (size_t)(t - d);
+    memcpy(p->hash, h, 64);
+    p->hash[64] = '\0';
+    memcpy(p->sig, sg, 128);
+    p->sig[128] = '\0';
+    memcpy(p->prev, pv + sizeof k_prev - 1, 64);
+    p->prev[64] = '\0';
+    return 0;
+}
+
+static const char *label(const vdoc_row *r)
+{
+    return r->credit_note ? "credit note" : "invoice";
+}
+
+static tally_err rehash(const vdoc_row *r, const vdoc_parts *p, char hex[65])
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    tally_err err = tally_buf_append(&b, r->doc, p->body_len);
+    if (err == TALLY_OK)
+        err = tally_buf_append(&b, "}", 1);
+    if (err == TALLY_OK)
+        tally_sha256_hex(b.data, b.len, hex);
+    tally_buf_release(&b);
+    return err;
+}
+
+/* The hash, its copies, the chain link and the signature. */
+static tally_err check_chain(vctx *v, const vdoc_row *r)
+{
+    vdoc_parts p;
+    char hex[65];
+    const char *what = NULL;
+    if (split_doc(r->doc, r->doc_len, &p) != 0)
+        what = "stored document is not in signed form (no trailing prev_hash, hash, signature)";
+    else if (rehash(r, &p, hex) != TALLY_OK)
+        return fail(v, TALLY_NOMEM, "%s %s: out of memory", label(r), r->id);
+    else if (strcmp(hex, r->hash) != 0)
+        what = "stored document does not match its hash";
+    else if (strcmp(p.hash, r->hash) != 0)
+        what = "hash inside the document differs from the stored hash";
+    else if (strcmp(p.sig, r->signature) != 0)
+        what = "signature inside the document differs from the stored signature";
+    else if (strcmp(p.prev, r->prev_hash) != 0)
+        what = "prev_hash inside the document differs from the stored prev_hash";
+    if (what)
+        return fail(v, TALLY_TAMPERED, "%s %s: %s", label(r), r->id, what);
+    if (strcmp(r->prev_hash, r->expect_prev) != 0) {
+        if (!r->prev_id[0])
+            return fail(v, TALLY_TAMPERED, "%s %s: first in the chain but prev_hash is not zero",
+                        label(r), r->id);
+        return fail(v, TALLY_TAMPERED, "%s %s: prev_hash does not link to the hash of %s", label(r),
+                    r->id, r->prev_id);
+    }
+    tally_err err = tally_verify_hash(v->key_path, r->hash, r->signature);
+    if (err == TALLY_TAMPERED)
+        return fail(v, err, "%s %s: signature does not verify with the key %s", label(r), r->id,
+                    v->key_path);
+    if (err != TALLY_OK)
+        return fail(v, err, "%s %s: cannot check the signature with %s: %s", label(r), r->id,
+                    v->key_path, tally_err_str(err));
+    return TALLY_OK;
+}
+
+static const char *jstr(json_object *o, const char *key)
+{
+    json_object *f = NULL;
+    if (!json_object_object_get_ex(o, key, &f) || !json_object_is_type(f, json_type_string))
+        return NULL;
+    return json_object_get_string(f);
+}
+
+/* A money field ("39.82") of o in minor units; -1 if absent or malformed. */
+static int jmoney(json_object *o, const char *key, int digits, int64_t *out)
+{
+    const char *s = jstr(o, key);
+    const char *why = NULL;
+    if (!s || tally_amount_parse(s, strlen(s), digits, true, out, &why) != TALLY_OK)
+        return -1;
+    return 0;
+}
+
+/* Sums the money field key over the array arr of o; -1 on a bad element. */
+static int jsum(json_object *o, const char *arr, const char *key, int digits, int64_t *out)
+{
+    json_object *a = NULL;
+    *out = 0;
+    if (!json_object_object_get_ex(o, arr, &a) || !json_object_is_type(a, json_type_array))
+        return -1;
+    for (size_t i = 0; i < json_object_array_length(a); i++) {
+        int64_t x;
+        if (jmoney(json_object_array_get_idx(a, i), key, digits, &x) != 0 ||
+            __builtin_add_overflow(*out, x, out))
+            return -1;
+    }
+    return 0;
+}
+
+/* What the document says, against its row and its own arithmetic. */
+static const char *doc_content_problem(json_object *o, const vdoc_row *r, int digits)
+{
+    const char *id = jstr(o, "invoice_id"), *type = jstr(o, "type");
+    const char *acct = jstr(o, "account"), *cur = jstr(o, "currency");
+    if (!id || strcmp(id, r->id) != 0)
+        return "invoice_id inside the document differs from its row";
+    if (!type || strcmp(type, r->credit_note ? "credit_note" : "invoice") != 0)
+        return "type inside the document differs from its row";
+    if (!acct || strcmp(acct, r->account) != 0 || !cur || strcmp(cur, r->currency) != 0)
+        return "account or currency inside the document differs from its row";
+    if (r->credit_note &&
+        strcmp(jstr(o, "refers_to") ? jstr(o, "refers_to") : "", r->refers_to) != 0)
+        return "refers_to inside the document differs from its row";
+    int64_t sub, cred, due, lines, applied, diff;
+    if (jmoney(o, "subtotal", digits, &sub) || jmoney(o, "total_credits", digits, &cred) ||
+        jmoney(o, "amount_due", digits, &due))
+        return "totals inside the document are missing or malformed";
+    if (jsum(o, "lines", "amount", digits, &lines) ||
+        jsum(o, "credits_applied", "amount", digits, &applied))
+        return "lines or credits inside the document are missing or malformed";
+    if (lines != sub)
+        return "lines do not sum to the subtotal";
+    if (applied != cred)
+        return "credits applied do not sum to total_credits";
+    if (__builtin_sub_overflow(sub, cred, &diff) || diff != due)
+        return "subtotal - total_credits != amount_due";
+    if (!r->credit_note && (due < 0 || cred < 0))
+        return "negative amount due or credits";
+    if (sub != r->subtotal_minor || cred != r->credits_minor || due != r->amount_due_minor)
+        return "totals in its row differ from the signed document";
+    return NULL;
+}
+
+static tally_err check_content(vctx *v, const vdoc_row *r)
+{
+    const tally_currency *c = tally_currency_find(r->currency);
+    if (!c)
+        return fail(v, TALLY_TAMPERED, "%s %s: unknown currency '%s'", label(r), r->id,
+                    r->currency);
+    json_tokener *tok = json_tokener_new();
+    if (!tok)
+        return fail(v, TALLY_NOMEM, "out of memory");
+    json_object *o = json_tokener_parse_ex(tok, r->doc, (int)r->doc_len);
+    const char *what = NULL;
+    if (!o || json_tokener_get_error(tok) != json_tokener_success ||
+        !json_object_is_type(o, json_type_object))
+        what = "stored document is not a JSON object";
+    else
+        what = doc_content_problem(o, r, c->minor_digits);
+    json_object_put(o);
+    json_tokener_free(tok);
+    if (what)
+        return fail(v, TALLY_TAMPERED, "%s %s: %s", label(r), r->id, what);
+    return TALLY_OK;
+}
+
+static tally_err check_document(vctx *v, const vdoc_row *r)
+{
+    if (r->doc_len > INT32_MAX)
+        return fail(v, TALLY_TAMPERED, "%s %s: stored document too large", label(r), r->id);
+    tally_err err = check_chain(v, r);
+    return err == TALLY_OK ? check_content(v, r) : err;
+}
+
+static tally_err key_usable(vctx *v)
+{
+    tally_buf pem;
+    tally_buf_init(&pem, 0);
+    tally_err err = tally_pubkey_pem(v->key_path, &pem);
+    tally_buf_release(&pem);
+    if (err == TALLY_NOT_FOUND)
+        return fail(v, TALLY_NOT_FOUND,
+                    "signing key %s: not found; verification of signatures needs the public key "
+                    "(pass --key with the signing key or the PEM printed by 'tally pubkey')",
+                    v->key_path);
+    if (err != TALLY_OK)
+        return fail(v, TALLY_CRYPTO, "signing key %s: not an Ed25519 private or public key PEM",
+                    v->key_path);
+    return TALLY_OK;
+}
+
+static tally_err check_documents(vctx *v)
+{
+    sqlite3_stmt *st;
+    tally_err err = ledger_prepare(v->l,
+                                   "SELECT seq, id, doc_type, doc, hash, prev_hash, signature, "
+                                   "currency, subtotal_minor, credits_minor, amount_due_minor, "
+                                   "account, coalesce(refers_to, '') FROM invoices ORDER BY seq",
+                                   &st);
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    char prev[65] = ZERO_HASH, prev_id[48] = "";
+    int rc;
+    while (err == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (v->n_docs == 0)
+            err = key_usable(v);
+        vdoc_row row = {
+            .id = col_text(st, 1),
+            .credit_note = strcmp(col_text(st, 2), "credit_note") == 0,
+            .doc = sqlite3_column_blob(st, 3),
+            .doc_len = (size_t)sqlite3_column_bytes(st, 3),
+            .hash = col_text(st, 4),
+            .prev_hash = col_text(st, 5),
+            .signature = col_text(st, 6),
+            .currency = col_text(st, 7),
+            .subtotal_minor = sqlite3_column_int64(st, 8),
+            .credits_minor = sqlite3_column_int64(st, 9),
+            .amount_due_minor = sqlite3_column_int64(st, 10),
+            .account = col_text(st, 11),
+            .refers_to = col_text(st, 12),
+            .expect_prev = prev,
+            .prev_id = prev_id,
+        };
+        if (err == TALLY_OK)
+            err = check_document(v, &row);
+        snprintf(prev, sizeof prev, "%s", row.hash);
+        snprintf(prev_id, sizeof prev_id, "%s", row.id);
+        v->n_docs++;
+    }
+    if (err == TALLY_OK && rc != SQLITE_DONE)
+        err = db_fail(v, ledger_sqlite_err(v->l, rc));
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* ---- driver --------------------------------------------------------------- */
+
+typedef tally_err (*check_fn)(vctx *v);
+
+static const check_fn checks[] = {
+    check_integrity, check_triggers, check_ledger_sql, check_documents, check_rows_sql,
+};
+
+static tally_err summary(vctx *v)
+{
+    sqlite3_stmt *st;
+    tally_err err = ledger_prepare(v->l,
+                                   "SELECT (SELECT count(*) FROM entries), (SELECT count(*) FROM "
+                                   "postings), (SELECT count(DISTINCT currency) FROM postings)",
+                                   &st);
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        fail(v, TALLY_OK,
+             "%lld entries (%lld postings) balanced in %lld currencies; %lld documents "
+             "chained and signed",
+             (long long)sqlite3_column_int64(st, 0), (long long)sqlite3_column_int64(st, 1),
+             (long long)sqlite3_column_int64(st, 2), (long long)v->n_docs);
+    sqlite3_finalize(st);
+    return TALLY_OK;
+}
+
+tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, size_t cap)
+{
+    vctx v = {.l = l, .key_path = key_path ? key_path : "", .why = why, .cap = why ? cap : 0};
+    if (v.cap > 0)
+        why[0] = '\0';
+    /* One snapshot for every check (WAL readers do not block writers). */
+    int rc = sqlite3_exec(l->db, "BEGIN", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return db_fail(&v, ledger_sqlite_err(l, rc));
+    tally_err err = TALLY_OK;
+    for (size_t i = 0; err == TALLY_OK && i < sizeof checks / sizeof *checks; i++)
+        err = checks[i](&v);
+    if (err == TALLY_OK)
+        err = summary(&v);
+    sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
+    return err;
+}

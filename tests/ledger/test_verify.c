@@ -1,0 +1,394 @@
+/* Tests for ledger/verify.c on hand-made ledgers: a grant, two signed
+ * invoices and a credit note written row by row, then tampered with in one
+ * way per test. Each failure must name the first bad record. */
+#include <stdio.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "tally/sign.h"
+
+static char dir[512], key[600], other_key[600], pub[600];
+
+/* How a fixture deviates from a correct ledger. */
+enum variant { V_GOOD = 0, V_BAD_PREV, V_BAD_SUM };
+
+typedef struct tdoc {
+    const char *id, *type;
+    int number;
+    const char *period, *start, *end;
+    const char *lines; /* the JSON array's contents */
+    const char *subtotal, *applied, *total_credits, *amount_due, *refers_to;
+} tdoc;
+
+#define LINE_H100                                                                                  \
+    "{\"line\":1,\"kind\":\"usage\",\"meter\":\"accelerator\",\"sku\":\"h100\",\"dim2\":\"\","     \
+    "\"pricing\":\"on_demand\",\"migration\":false,\"quantity\":\"75456\",\"unit\":"               \
+    "\"card-second\",\"unit_price\":\"1.90\",\"price_unit\":\"card-hour\",\"amount\":\"39.82\","   \
+    "\"credits\":[{\"grant_id\":1,\"amount\":\"20.00\"}]}"
+#define LINE_A100                                                                                  \
+    "{\"line\":2,\"kind\":\"usage\",\"meter\":\"accelerator\",\"sku\":\"a100-40g\",\"dim2\":\"\"," \
+    "\"pricing\":\"spot\",\"migration\":false,\"quantity\":\"19289\",\"unit\":\"card-second\","    \
+    "\"unit_price\":\"1.90\",\"price_unit\":\"card-hour\",\"amount\":\"10.18\",\"credits\":[]}"
+#define LINE_STORAGE(amt, q)                                                                       \
+    "{\"line\":1,\"kind\":\"usage\",\"meter\":\"storage\",\"sku\":\"ssd\",\"dim2\":\"\","          \
+    "\"pricing\":\"on_demand\",\"migration\":false,\"quantity\":\"" q "\",\"unit\":"               \
+    "\"byte-second\",\"unit_price\":\"0.50\",\"price_unit\":\"GB-day\",\"amount\":\"" amt          \
+    "\",\"credits\":[]}"
+
+static const tdoc docs[] = {
+    {"INV-2026-000001", "invoice", 1, "2026-03", "2026-03-01T00:00:00Z", "2026-04-01T00:00:00Z",
+     LINE_H100 "," LINE_A100, "50.00", "{\"grant_id\":1,\"kind\":\"trial\",\"amount\":\"20.00\"}",
+     "20.00", "30.00", NULL},
+    {"INV-2026-000002", "invoice", 2, "2026-04", "2026-04-01T00:00:00Z", "2026-05-01T00:00:00Z",
+     LINE_STORAGE("5.00", "864000000000000"), "5.00", "", "0.00", "5.00", NULL},
+    {"CN-2026-000001", "credit_note", 1, "2026-04", "2026-04-01T00:00:00Z", "2026-05-01T00:00:00Z",
+     LINE_STORAGE("-5.00", "-864000000000000"), "-5.00", "", "0.00", "-5.00", "INV-2026-000002"},
+};
+
+/* Rows that are not documents: account, grant, entries, postings. */
+static const char fixture_sql[] =
+    "INSERT INTO accounts(id, currency, timezone, name, created_at) "
+    "VALUES ('acme', 'CNY', 'UTC', 'Acme', 0);"
+    "INSERT INTO grants(id, account, kind, amount_minor, currency, priority, effective_s, "
+    "expires_s, scope, created_at) VALUES (1, 'acme', 'trial', 10000, 'CNY', 50, 0, NULL, '', 0);"
+    "INSERT INTO entries(id, kind, ref, created_at) VALUES (1, 'grant', '1', 0), "
+    "(2, 'invoice', 'INV-2026-000001', 0), (3, 'invoice', 'INV-2026-000002', 0), "
+    "(4, 'void', 'CN-2026-000001', 0);"
+    "INSERT INTO postings(entry_id, ledger_acct, currency, debit_minor, credit_minor) VALUES "
+    "(1, 'promotions:trial', 'CNY', 10000, 0), (1, 'grant:1', 'CNY', 0, 10000), "
+    "(2, 'receivable:acme', 'CNY', 3000, 0), (2, 'grant:1', 'CNY', 2000, 0), "
+    "(2, 'revenue:accelerator', 'CNY', 0, 5000), "
+    "(3, 'receivable:acme', 'CNY', 500, 0), (3, 'revenue:storage', 'CNY', 0, 500), "
+    "(4, 'revenue:storage', 'CNY', 500, 0), (4, 'receivable:acme', 'CNY', 0, 500);";
+
+/* The documents' line and credit rows, written after the documents. */
+static const char rows_sql[] =
+    "INSERT INTO invoice_lines(invoice_seq, line_no, kind, meter, pricing, migration, sku, dim2, "
+    "quantity, unit_price_nano, amount_minor) VALUES "
+    "(1, 1, 'usage', 0, 0, 0, 'h100', '', '75456', 1900000000, 3982), "
+    "(1, 2, 'usage', 0, 1, 0, 'a100-40g', '', '19289', 1900000000, 1018), "
+    "(2, 1, 'usage', 1, 0, 0, 'ssd', '', '864000000000000', 500000000, 500), "
+    "(3, 1, 'usage', 1, 0, 0, 'ssd', '', '-864000000000000', 500000000, -500);"
+    "INSERT INTO invoice_credits(invoice_seq, grant_id, line_no, amount_minor) "
+    "VALUES (1, 1, 1, 2000);";
+
+static int64_t minor_of(const char *s)
+{
+    int64_t v = 0;
+    const char *why = NULL;
+    assert_int_equal(tally_amount_parse(s, strlen(s), 2, true, &v, &why), TALLY_OK);
+    return v;
+}
+
+/* The signed document of d chained to prev; writes its hash. */
+static void make_doc(const tdoc *d, const char *prev, const char *subtotal, tally_buf *out,
+                     char hash[65], char sig[129])
+{
+    tally_buf_reset(out);
+    assert_int_equal(
+        tally_buf_printf(out,
+                         "{\"invoice_id\":\"%s\",\"type\":\"%s\",\"number\":%d,\"account\":"
+                         "\"acme\",\"currency\":\"CNY\",\"status\":\"finalized\",\"period\":{"
+                         "\"label\":\"%s\",\"start\":\"%s\",\"end\":\"%s\",\"timezone\":\"UTC\"},"
+                         "\"issued_at\":\"%s\",\"lines\":[%s],\"subtotal\":\"%s\","
+                         "\"credits_applied\":[%s],\"total_credits\":\"%s\",\"amount_due\":\"%s\"",
+                         d->id, d->type, d->number, d->period, d->start, d->end, d->end, d->lines,
+                         subtotal, d->applied, d->total_credits, d->amount_due),
+        TALLY_OK);
+    if (d->refers_to)
+        assert_int_equal(tally_buf_printf(out, ",\"refers_to\":\"%s\",\"reason\":\"billing error\"",
+                                          d->refers_to),
+                         TALLY_OK);
+    assert_int_equal(tally_buf_printf(out, ",\"prev_hash\":\"%s\"}", prev), TALLY_OK);
+    tally_sha256_hex(out->data, out->len, hash);
+    assert_int_equal(tally_sign_hash(key, hash, sig), TALLY_OK);
+    out->len--;
+    assert_int_equal(tally_buf_printf(out, ",\"hash\":\"%s\",\"signature\":\"%s\"}", hash, sig),
+                     TALLY_OK);
+}
+
+static void insert_doc(tally_ledger *l, int seq, const tdoc *d, const char *doc, const char *hash,
+                       const char *prev, const char *sig, const char *subtotal)
+{
+    tally_buf sql;
+    tally_buf_init(&sql, 0);
+    int64_t sub = minor_of(subtotal), cred = minor_of(d->total_credits);
+    assert_int_equal(
+        tally_buf_printf(
+            &sql,
+            "INSERT INTO invoices(seq, id, doc_type, year, number, account, period, currency, "
+            "subtotal_minor, credits_minor, amount_due_minor, refers_to, reason, usage_seq, doc, "
+            "hash, prev_hash, signature, finalized_at) VALUES (%d, '%s', '%s', 2026, %d, 'acme', "
+            "'%s', 'CNY', %lld, %lld, %lld, %s%s%s, %s, 0, CAST('%s' AS BLOB), '%s', '%s', '%s', "
+            "0)",
+            seq, d->id, d->type, d->number, d->period, (long long)sub, (long long)cred,
+            (long long)(sub - cred), d->refers_to ? "'" : "", d->refers_to ? d->refers_to : "NULL",
+            d->refers_to ? "'" : "", d->refers_to ? "'billing error'" : "NULL", doc, hash, prev,
+            sig),
+        TALLY_OK);
+    if (tally_ledger_exec(l, sql.data) != TALLY_OK)
+        fail_msg("insert %s: %s", d->id, tally_ledger_errmsg(l));
+    tally_buf_release(&sql);
+}
+
+static tally_ledger *build(enum variant v)
+{
+    static int n;
+    char path[700];
+    snprintf(path, sizeof path, "%s/ledger-%d.db", dir, n++);
+    tally_ledger *l = NULL;
+    char why[256];
+    if (tally_ledger_open(path, &l, why, sizeof why) != TALLY_OK)
+        fail_msg("open: %s", why);
+    if (tally_ledger_exec(l, fixture_sql) != TALLY_OK)
+        fail_msg("fixture: %s", tally_ledger_errmsg(l));
+    char prev[65] = "0000000000000000000000000000000000000000000000000000000000000000";
+    tally_buf doc;
+    tally_buf_init(&doc, 0);
+    for (int i = 0; i < 3; i++) {
+        const tdoc *d = &docs[i];
+        const char *link = v == V_BAD_PREV && i == 1 ? docs[0].id : prev; /* not a hash */
+        char fake[65];
+        if (link != prev) {
+            tally_sha256_hex(link, strlen(link), fake);
+            link = fake;
+        }
+        /* V_BAD_SUM: the first invoice's subtotal (everywhere) is one fen off its lines */
+        const char *subtotal = v == V_BAD_SUM && i == 0 ? "50.01" : d->subtotal;
+        char hash[65], sig[129];
+        make_doc(d, link, subtotal, &doc, hash, sig);
+        insert_doc(l, i + 1, d, doc.data, hash, link, sig, subtotal);
+        memcpy(prev, hash, sizeof prev);
+    }
+    tally_buf_release(&doc);
+    if (tally_ledger_exec(l, rows_sql) != TALLY_OK)
+        fail_msg("rows: %s", tally_ledger_errmsg(l));
+    return l;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "%s", tu_tmpdir("verify"));
+    snprintf(key, sizeof key, "%s/sign.key", dir);
+    snprintf(other_key, sizeof other_key, "%s/other.key", dir);
+    snprintf(pub, sizeof pub, "%s/pub.pem", dir);
+    if (tally_keygen(key, 0) != TALLY_OK || tally_keygen(other_key, 0) != TALLY_OK)
+        return -1;
+    tally_buf pem;
+    tally_buf_init(&pem, 0);
+    if (tally_pubkey_pem(key, &pem) != TALLY_OK)
+        return -1;
+    write_text(pub, pem.data);
+    tally_buf_release(&pem);
+    return 0;
+}
+
+/* Runs verify and checks the outcome and that why holds want. */
+static void expect(tally_ledger *l, const char *k, tally_err err, const char *want)
+{
+    char why[512] = "";
+    tally_err got = tally_ledger_verify(l, k, why, sizeof why);
+    if (got != err || !strstr(why, want))
+        fail_msg("verify: %s (%s), wanted %s with \"%s\"", tally_err_name(got), why,
+                 tally_err_name(err), want);
+    tally_ledger_close(l);
+}
+
+static void exec_ok(tally_ledger *l, const char *sql)
+{
+    if (tally_ledger_exec(l, sql) != TALLY_OK)
+        fail_msg("%s: %s", sql, tally_ledger_errmsg(l));
+}
+
+#define RESTORE_INVOICE_TRIGGERS                                                                   \
+    "CREATE TRIGGER invoices_no_update BEFORE UPDATE ON invoices\n"                                \
+    "BEGIN SELECT RAISE(ABORT, 'finalized invoices are immutable'); END;"                          \
+    "CREATE TRIGGER invoices_no_delete BEFORE DELETE ON invoices\n"                                \
+    "BEGIN SELECT RAISE(ABORT, 'finalized invoices are immutable'); END;"
+#define DROP_INVOICE_TRIGGERS "DROP TRIGGER invoices_no_update; DROP TRIGGER invoices_no_delete;"
+
+static void test_empty_ledger(void **state)
+{
+    (void)state;
+    char path[700], why[512] = "";
+    snprintf(path, sizeof path, "%s/empty.db", dir);
+    tally_ledger *l = NULL;
+    assert_int_equal(tally_ledger_open(path, &l, why, sizeof why), TALLY_OK);
+    /* no documents: no key needed */
+    assert_int_equal(tally_ledger_verify(l, "/nonexistent/key", why, sizeof why), TALLY_OK);
+    assert_non_null(strstr(why, "0 documents"));
+    tally_ledger_close(l);
+}
+
+static void test_good_ledger(void **state)
+{
+    (void)state;
+    tally_ledger *l = build(V_GOOD);
+    tu_assert_conservation(l);
+    expect(l, key, TALLY_OK, "3 documents chained and signed");
+    expect(build(V_GOOD), pub, TALLY_OK, "4 entries (9 postings) balanced in 1 currencies");
+}
+
+static void test_key_problems(void **state)
+{
+    (void)state;
+    char missing[700];
+    snprintf(missing, sizeof missing, "%s/missing.key", dir);
+    expect(build(V_GOOD), missing, TALLY_NOT_FOUND, "needs the public key");
+    expect(build(V_GOOD), other_key, TALLY_TAMPERED,
+           "invoice INV-2026-000001: signature does not verify");
+    char junk[700];
+    snprintf(junk, sizeof junk, "%s/junk.pem", dir);
+    write_text(junk, "junk\n");
+    expect(build(V_GOOD), junk, TALLY_CRYPTO, "not an Ed25519");
+}
+
+static void test_triggers(void **state)
+{
+    (void)state;
+    tally_ledger *l = build(V_GOOD);
+    exec_ok(l, "DROP TRIGGER postings_no_delete");
+    expect(l, key, TALLY_TAMPERED, "trigger postings_no_delete: missing");
+
+    l = build(V_GOOD);
+    exec_ok(l, "DROP TRIGGER entries_no_update; CREATE TRIGGER entries_no_update BEFORE UPDATE "
+               "ON entries BEGIN SELECT 1; END;");
+    expect(l, key, TALLY_TAMPERED, "trigger entries_no_update: definition differs");
+
+    l = build(V_GOOD);
+    exec_ok(l, "DROP TRIGGER postings_balance");
+    expect(l, key, TALLY_TAMPERED, "trigger postings_balance: missing");
+
+    /* the same SQL restored is accepted */
+    l = build(V_GOOD);
+    exec_ok(l, DROP_INVOICE_TRIGGERS RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_OK, "3 documents");
+}
+
+static void test_double_entry(void **state)
+{
+    (void)state;
+    tally_ledger *l = build(V_GOOD);
+    exec_ok(l, "INSERT INTO postings(entry_id, ledger_acct, currency, debit_minor, credit_minor) "
+               "VALUES (2, 'revenue:accelerator', 'CNY', 0, 1)");
+    expect(l, key, TALLY_TAMPERED,
+           "entry 2 (invoice INV-2026-000001): debits 5000 != credits 5001");
+
+    l = build(V_GOOD);
+    exec_ok(l, "PRAGMA foreign_keys = OFF; INSERT INTO postings(entry_id, ledger_acct, currency, "
+               "debit_minor, credit_minor) VALUES (99, 'revenue:accelerator', 'CNY', 0, 1)");
+    expect(l, key, TALLY_TAMPERED, "posting 10: entry 99 does not exist");
+
+    l = build(V_GOOD);
+    exec_ok(l, "UPDATE balances SET debit_minor = debit_minor + 100 WHERE ledger_acct = "
+               "'receivable:acme'");
+    expect(l, key, TALLY_TAMPERED, "balance receivable:acme CNY: stored debit 3600");
+
+    l = build(V_GOOD);
+    exec_ok(l, "DELETE FROM balances WHERE ledger_acct = 'grant:1'");
+    expect(l, key, TALLY_TAMPERED, "balance grant:1 CNY: missing");
+
+    /* a balanced entry for a document that does not exist */
+    l = build(V_GOOD);
+    exec_ok(l, "INSERT INTO entries(id, kind, ref, created_at) VALUES (5, 'invoice', "
+               "'INV-2026-000009', 0); INSERT INTO postings(entry_id, ledger_acct, currency, "
+               "debit_minor, credit_minor) VALUES (5, 'receivable:acme', 'CNY', 7, 0), "
+               "(5, 'revenue:storage', 'CNY', 0, 7)");
+    expect(l, key, TALLY_TAMPERED, "entry 5 (invoice INV-2026-000009): no such document");
+}
+
+static void test_documents(void **state)
+{
+    (void)state;
+    /* one byte of a stored document changed, triggers put back */
+    tally_ledger *l = build(V_GOOD);
+    exec_ok(l, DROP_INVOICE_TRIGGERS
+            "UPDATE invoices SET doc = CAST(replace(CAST(doc AS TEXT), '\"39.82\"', '\"39.32\"') "
+            "AS BLOB) WHERE seq = 1;" RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_TAMPERED,
+           "invoice INV-2026-000001: stored document does not match its hash");
+
+    /* the row's amount changed but not the document */
+    l = build(V_GOOD);
+    exec_ok(l, DROP_INVOICE_TRIGGERS
+            "UPDATE invoices SET amount_due_minor = 1 WHERE seq = 2;" RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_TAMPERED,
+           "invoice INV-2026-000002: totals in its row differ from the signed document");
+
+    /* the stored hash column replaced by the hash of something else */
+    l = build(V_GOOD);
+    exec_ok(l, DROP_INVOICE_TRIGGERS
+            "UPDATE invoices SET hash = prev_hash WHERE seq = 3;" RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_TAMPERED, "credit note CN-2026-000001: stored document does not match");
+
+    /* the stored signature replaced */
+    l = build(V_GOOD);
+    exec_ok(l, DROP_INVOICE_TRIGGERS
+            "UPDATE invoices SET signature = (SELECT signature FROM invoices WHERE seq = 1) "
+            "WHERE seq = 2;" RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_TAMPERED,
+           "invoice INV-2026-000002: signature inside the document differs");
+
+    /* the document cut short */
+    l = build(V_GOOD);
+    exec_ok(l, DROP_INVOICE_TRIGGERS
+            "UPDATE invoices SET doc = CAST(substr(CAST(doc AS TEXT), 1, 100) AS BLOB) "
+            "WHERE seq = 2;" RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_TAMPERED,
+           "invoice INV-2026-000002: stored document is not in signed form");
+}
+
+static void test_chain_and_sums(void **state)
+{
+    (void)state;
+    expect(build(V_BAD_PREV), key, TALLY_TAMPERED,
+           "invoice INV-2026-000002: prev_hash does not link to the hash of INV-2026-000001");
+    expect(build(V_BAD_SUM), key, TALLY_TAMPERED,
+           "invoice INV-2026-000001: lines do not sum to the subtotal");
+
+    tally_ledger *l = build(V_GOOD);
+    exec_ok(l, "INSERT INTO invoice_lines(invoice_seq, line_no, kind, meter, pricing, migration, "
+               "sku, dim2, quantity, unit_price_nano, amount_minor) VALUES (2, 2, 'usage', 1, 0, "
+               "0, 'ssd', '', '1', 1, 3)");
+    expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000002: its line rows sum to 503");
+
+    l = build(V_GOOD);
+    exec_ok(l, "INSERT INTO invoice_credits(invoice_seq, grant_id, line_no, amount_minor) "
+               "VALUES (2, 1, 1, 5)");
+    expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000002: its credit rows sum to 5");
+}
+
+static void test_numbering(void **state)
+{
+    (void)state;
+    tally_ledger *l = build(V_GOOD);
+    exec_ok(l, "PRAGMA foreign_keys = OFF;" DROP_INVOICE_TRIGGERS
+               "DELETE FROM invoices WHERE seq = 1;" RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000002: number 2 where 1 was due");
+
+    /* the last document removed leaves no gap, but its entry has no document */
+    l = build(V_GOOD);
+    exec_ok(l, "PRAGMA foreign_keys = OFF;" DROP_INVOICE_TRIGGERS
+               "DELETE FROM invoices WHERE seq = 3;" RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_TAMPERED, "entry 4 (void CN-2026-000001): no such document");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_empty_ledger),   cmocka_unit_test(test_good_ledger),
+        cmocka_unit_test(test_key_problems),   cmocka_unit_test(test_triggers),
+        cmocka_unit_test(test_double_entry),   cmocka_unit_test(test_documents),
+        cmocka_unit_test(test_chain_and_sums), cmocka_unit_test(test_numbering),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
