@@ -29,14 +29,15 @@ void tally_buf_reset(tally_buf *b)
 
 static tally_err reserve(tally_buf *b, size_t extra)
 {
-    if (extra > b->cap || b->len > b->cap - extra)
+    /* len + extra + 1 (the NUL) must not wrap, whatever the cap */
+    if (extra > b->cap || b->len > b->cap - extra || b->len + extra == SIZE_MAX)
         return TALLY_TOO_LARGE;
     size_t need = b->len + extra + 1;
     if (need <= b->alloc)
         return TALLY_OK;
     size_t n = b->alloc ? b->alloc : 256;
     while (n < need)
-        n *= 2;
+        n = n > SIZE_MAX / 2 ? need : n * 2; /* doubling must not wrap to 0 */
     char *p = realloc(b->data, n);
     if (!p)
         return TALLY_NOMEM;
@@ -87,8 +88,20 @@ tally_err tally_buf_printf(tally_buf *b, const char *fmt, ...)
     return e;
 }
 
+/* The escapers append piece by piece; on failure they drop what they had
+ * appended, so that the buffer is left as it was. */
+static tally_err undo_on_error(tally_buf *b, size_t len, tally_err e)
+{
+    if (e && b->data) {
+        b->len = len;
+        b->data[len] = '\0';
+    }
+    return e;
+}
+
 tally_err tally_buf_json_str(tally_buf *b, const char *s)
 {
+    size_t len0 = b->len;
     static const char hex[] = "0123456789abcdef";
     tally_err e = tally_buf_append(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; !e && *p; p++) {
@@ -113,22 +126,24 @@ tally_err tally_buf_json_str(tally_buf *b, const char *s)
             e = *p < 0x20 ? tally_buf_append(b, esc, 6) : tally_buf_append(b, p, 1);
         }
     }
-    return e ? e : tally_buf_append(b, "\"", 1);
+    return undo_on_error(b, len0, e ? e : tally_buf_append(b, "\"", 1));
 }
 
 tally_err tally_buf_csv_field(tally_buf *b, const char *s)
 {
+    size_t len0 = b->len;
     if (!strpbrk(s, ",\"\r\n"))
         return tally_buf_puts(b, s);
     tally_err e = tally_buf_append(b, "\"", 1);
     for (const char *p = s; !e && *p; p++)
         e = *p == '"' ? tally_buf_append(b, "\"\"", 2) : tally_buf_append(b, p, 1);
-    return e ? e : tally_buf_append(b, "\"", 1);
+    return undo_on_error(b, len0, e ? e : tally_buf_append(b, "\"", 1));
 }
 
 tally_err tally_buf_html(tally_buf *b, const char *s)
 {
-    tally_err e = TALLY_OK;
+    size_t len0 = b->len;
+    tally_err e = tally_buf_append(b, "", 0); /* NUL-terminated even when s is "" */
     for (const char *p = s; !e && *p; p++) {
         switch (*p) {
         case '&':
@@ -150,5 +165,5 @@ tally_err tally_buf_html(tally_buf *b, const char *s)
             e = tally_buf_append(b, p, 1);
         }
     }
-    return e;
+    return undo_on_error(b, len0, e);
 }

@@ -1,0 +1,243 @@
+/* Tests for rating/buf.c: growth, the size cap (a failed append leaves the
+ * buffer as it was), NUL termination, and the JSON, CSV and HTML escapers. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "tally/buf.h"
+
+/* Under ASan, let an impossible allocation fail with NULL, as libc's does,
+ * instead of aborting: test_huge_cap asks for one on purpose. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1";
+}
+
+/* Asserts the buffer holds exactly want (len bytes) followed by a NUL. */
+static void assert_buf(const tally_buf *b, const char *want)
+{
+    assert_non_null(b->data);
+    assert_int_equal(b->len, strlen(want));
+    assert_memory_equal(b->data, want, b->len);
+    assert_int_equal(b->data[b->len], '\0');
+    assert_true(b->len < b->alloc);
+}
+
+static void test_init_release(void **state)
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_null(b.data);
+    assert_int_equal(b.len, 0);
+    assert_int_equal(b.cap, TALLY_BUF_DEFAULT_CAP);
+    tally_buf_release(&b); /* releasing an unused buffer is fine */
+    tally_buf_reset(&b);   /* and so is resetting one */
+    assert_null(b.data);
+
+    /* an empty append still yields a C string */
+    tally_buf_init(&b, 16);
+    assert_int_equal(b.cap, 16);
+    assert_int_equal(tally_buf_append(&b, "", 0), TALLY_OK);
+    assert_buf(&b, "");
+    tally_buf_release(&b);
+    assert_null(b.data);
+    assert_int_equal(b.len, 0);
+
+    /* usable again after init */
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_puts(&b, "again"), TALLY_OK);
+    assert_buf(&b, "again");
+    tally_buf_release(&b);
+}
+
+static void test_append_grow(void **state)
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_puts(&b, "abc"), TALLY_OK);
+    assert_int_equal(tally_buf_append(&b, "de\0f", 4), TALLY_OK); /* NUL bytes are data */
+    assert_int_equal(b.len, 7);
+    assert_memory_equal(b.data, "abcde\0f", 8);
+
+    /* many appends across several reallocations keep every byte */
+    tally_buf_reset(&b);
+    for (int i = 0; i < 20000; i++) {
+        char c = (char)('a' + i % 26);
+        assert_int_equal(tally_buf_append(&b, &c, 1), TALLY_OK);
+    }
+    assert_int_equal(b.len, 20000);
+    for (int i = 0; i < 20000; i++)
+        assert_int_equal(b.data[i], 'a' + i % 26);
+    assert_int_equal(b.data[20000], '\0');
+
+    /* reset keeps the memory and yields "" */
+    size_t alloc = b.alloc;
+    char *data = b.data;
+    tally_buf_reset(&b);
+    assert_buf(&b, "");
+    assert_int_equal(b.alloc, alloc);
+    assert_ptr_equal(b.data, data);
+    tally_buf_release(&b);
+}
+
+static void test_printf(void **state)
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_printf(&b, "%d-%s", 42, "x"), TALLY_OK);
+    assert_int_equal(tally_buf_printf(&b, "%s", ""), TALLY_OK);
+    assert_int_equal(tally_buf_printf(&b, "/%05d", 7), TALLY_OK);
+    assert_buf(&b, "42-x/00007");
+
+    /* longer than the first allocation */
+    char big[1000];
+    memset(big, 'z', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(tally_buf_printf(&b, "[%s]", big), TALLY_OK);
+    assert_int_equal(b.len, 10 + 1001);
+    assert_int_equal(b.data[b.len - 1], ']');
+    assert_int_equal(b.data[b.len], '\0');
+    tally_buf_release(&b);
+
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_printf(&b, "%s", ""), TALLY_OK);
+    assert_buf(&b, "");
+    tally_buf_release(&b);
+}
+
+/* Every appender refuses to pass the cap and leaves the buffer unchanged. */
+static void test_cap(void **state)
+{
+    tally_buf b;
+    tally_buf_init(&b, 8);
+    assert_int_equal(tally_buf_puts(&b, "12345"), TALLY_OK);
+    assert_int_equal(tally_buf_puts(&b, "6789"), TALLY_TOO_LARGE);
+    assert_buf(&b, "12345");
+    assert_int_equal(tally_buf_printf(&b, "%d", 6789), TALLY_TOO_LARGE);
+    assert_buf(&b, "12345");
+    assert_int_equal(tally_buf_append(&b, "x", SIZE_MAX), TALLY_TOO_LARGE);
+    assert_buf(&b, "12345");
+    assert_int_equal(tally_buf_json_str(&b, "ab"), TALLY_TOO_LARGE); /* "ab" needs 4 */
+    assert_buf(&b, "12345");
+    assert_int_equal(tally_buf_csv_field(&b, "a,b"), TALLY_TOO_LARGE);
+    assert_buf(&b, "12345");
+    assert_int_equal(tally_buf_html(&b, "a<b"), TALLY_TOO_LARGE);
+    assert_buf(&b, "12345");
+    assert_int_equal(tally_buf_html(&b, "abcd"), TALLY_TOO_LARGE);
+    assert_buf(&b, "12345");
+    /* exactly up to the cap is allowed */
+    assert_int_equal(tally_buf_puts(&b, "678"), TALLY_OK);
+    assert_buf(&b, "12345678");
+    assert_int_equal(tally_buf_append(&b, "", 0), TALLY_OK);
+    assert_int_equal(tally_buf_puts(&b, "9"), TALLY_TOO_LARGE);
+    assert_buf(&b, "12345678");
+    tally_buf_release(&b);
+
+    tally_buf_init(&b, 7);
+    assert_int_equal(tally_buf_json_str(&b, "a\"b\""), TALLY_TOO_LARGE); /* needs 8 */
+    assert_true(b.len == 0);
+    assert_int_equal(tally_buf_json_str(&b, "ab\ncd"), TALLY_TOO_LARGE);
+    assert_true(b.len == 0);
+    assert_int_equal(tally_buf_json_str(&b, "abc"), TALLY_OK);
+    assert_buf(&b, "\"abc\"");
+    tally_buf_release(&b);
+}
+
+/* A cap near SIZE_MAX must not let the size arithmetic wrap. */
+static void test_huge_cap(void **state)
+{
+    tally_buf b;
+    tally_buf_init(&b, SIZE_MAX);
+    assert_int_equal(tally_buf_puts(&b, "x"), TALLY_OK);
+    tally_err e = tally_buf_append(&b, "y", SIZE_MAX - 1);
+    assert_true(e == TALLY_TOO_LARGE || e == TALLY_NOMEM);
+    assert_buf(&b, "x");
+    e = tally_buf_append(&b, "y", SIZE_MAX / 2);
+    assert_true(e == TALLY_TOO_LARGE || e == TALLY_NOMEM);
+    assert_buf(&b, "x");
+    tally_buf_release(&b);
+}
+
+static void assert_json(const char *in, const char *want)
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_json_str(&b, in), TALLY_OK);
+    assert_buf(&b, want);
+    tally_buf_release(&b);
+}
+
+static void test_json_str(void **state)
+{
+    assert_json("", "\"\"");
+    assert_json("plain", "\"plain\"");
+    assert_json("a\"b", "\"a\\\"b\"");
+    assert_json("back\\slash", "\"back\\\\slash\"");
+    assert_json("l1\nl2\r\t", "\"l1\\nl2\\r\\t\"");
+    assert_json("\x01\x1f\b\f", "\"\\u0001\\u001f\\u0008\\u000c\"");
+    assert_json("del\x7f", "\"del\x7f\"");     /* not a control character in JSON */
+    assert_json("元/€", "\"元/€\"");           /* UTF-8 passes through */
+    assert_json("</script>", "\"</script>\""); /* '/' needs no escape */
+
+    /* appends after what is there */
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_puts(&b, "{\"k\":"), TALLY_OK);
+    assert_int_equal(tally_buf_json_str(&b, "v"), TALLY_OK);
+    assert_buf(&b, "{\"k\":\"v\"");
+    tally_buf_release(&b);
+}
+
+static void assert_csv(const char *in, const char *want)
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_csv_field(&b, in), TALLY_OK);
+    assert_buf(&b, want);
+    tally_buf_release(&b);
+}
+
+static void test_csv_field(void **state)
+{
+    assert_csv("", "");
+    assert_csv("39.82", "39.82");
+    assert_csv("a b", "a b");
+    assert_csv("a,b", "\"a,b\"");
+    assert_csv("say \"hi\"", "\"say \"\"hi\"\"\"");
+    assert_csv("\"", "\"\"\"\"");
+    assert_csv("l1\nl2", "\"l1\nl2\"");
+    assert_csv("cr\r", "\"cr\r\"");
+}
+
+static void assert_html(const char *in, const char *want)
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_html(&b, in), TALLY_OK);
+    assert_buf(&b, want);
+    tally_buf_release(&b);
+}
+
+static void test_html(void **state)
+{
+    assert_html("", "");
+    assert_html("plain 39.82", "plain 39.82");
+    assert_html("<a href=\"x\">Tom & Jerry's</a>",
+                "&lt;a href=&quot;x&quot;&gt;Tom &amp; Jerry&#39;s&lt;/a&gt;");
+    assert_html("&amp;", "&amp;amp;");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_init_release), cmocka_unit_test(test_append_grow),
+        cmocka_unit_test(test_printf),       cmocka_unit_test(test_cap),
+        cmocka_unit_test(test_huge_cap),     cmocka_unit_test(test_json_str),
+        cmocka_unit_test(test_csv_field),    cmocka_unit_test(test_html),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
