@@ -103,7 +103,8 @@ tally_err rate_build_lines(rate_ctx *c)
     size_t n, total, cells, l = 0;
     tally_err err;
 
-    qsort(c->pieces, c->n_pieces, sizeof *c->pieces, cmp_piece);
+    if (c->n_pieces > 1)
+        qsort(c->pieces, c->n_pieces, sizeof *c->pieces, cmp_piece);
     n = count_lines(c);
     if (__builtin_add_overflow(n, in->n_extra_lines, &total) ||
         __builtin_mul_overflow(n, c->n_epochs, &cells))
