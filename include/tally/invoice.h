@@ -12,7 +12,7 @@
 #include "tally/ledger.h"
 
 typedef struct tally_invoice_summary {
-    char invoice_id[48]; /* INV-2026-000001, or "draft:<account>:<period>" */
+    char invoice_id[80]; /* INV-2026-000001, or "draft:<account>:<period>" (fits a 63-byte id) */
     char account[TALLY_NAME_MAX];
     char period[8];
     char currency[4];
@@ -26,10 +26,10 @@ typedef void (*tally_invoice_fn)(void *ctx, const tally_invoice_summary *s);
 typedef void (*tally_progress_fn)(void *ctx, size_t done, size_t total);
 
 typedef struct tally_invoice_run_opts {
-    const char *period;  /* "YYYY-MM", in each account's time zone */
-    bool finalize;       /* make immutable, number, hash, sign, post */
-    const char *out_dir; /* NULL: write no files; else <account>-<period>.{json,csv,html} */
-    const char *account; /* NULL: every account with usage, commitments or grants */
+    const char *period;   /* "YYYY-MM", in each account's time zone */
+    bool finalize;        /* make immutable, number, hash, sign, post */
+    const char *out_dir;  /* NULL: write no files; else <account>-<period>.{json,csv,html} */
+    const char *account;  /* NULL: every account with usage, commitments or grants */
     const char *key_path; /* signing key (needed to finalize) */
     tally_invoice_fn on_invoice;
     tally_progress_fn on_progress;
@@ -56,8 +56,8 @@ TALLY_MUST_CHECK tally_err tally_doc_format_from_name(const char *s, tally_doc_f
 /* Appends one invoice or credit note (finalized id, or "draft:<account>:<period>")
  * in a format. A finalized document's JSON is the stored canonical bytes,
  * exactly as hashed and signed. Errors: TALLY_NOT_FOUND, TALLY_DB. */
-TALLY_MUST_CHECK tally_err tally_invoice_show(tally_ledger *l, const char *id,
-                                              tally_doc_format f, tally_buf *out);
+TALLY_MUST_CHECK tally_err tally_invoice_show(tally_ledger *l, const char *id, tally_doc_format f,
+                                              tally_buf *out);
 
 /* Voids a finalized invoice through a numbered credit note that references
  * it, reverses its postings and restores the credits it consumed. Writes the
@@ -69,8 +69,7 @@ TALLY_MUST_CHECK tally_err tally_invoice_void(tally_ledger *l, const char *id, c
 /* Appends a JSON array of the account's finalized invoices and credit notes:
  * [{"invoice_id","type","period","status","currency","subtotal","total_credits",
  *   "amount_due"}], oldest first. Errors: TALLY_DB. */
-TALLY_MUST_CHECK tally_err tally_invoice_list(tally_ledger *l, const char *account,
-                                              tally_buf *out);
+TALLY_MUST_CHECK tally_err tally_invoice_list(tally_ledger *l, const char *account, tally_buf *out);
 
 typedef enum tally_usage_by { TALLY_BY_SKU = 0, TALLY_BY_DAY, TALLY_BY_METER } tally_usage_by;
 
@@ -79,9 +78,8 @@ typedef enum tally_usage_by { TALLY_BY_SKU = 0, TALLY_BY_DAY, TALLY_BY_METER } t
  * and running charges (rated as a draft would rate them, before credits):
  * {"account","currency","from","to","by","groups":[{"key","meter","quantity",
  *  "unit","amount"}],"total"}. Errors: TALLY_NOT_FOUND (account), TALLY_DB. */
-TALLY_MUST_CHECK tally_err tally_usage_report(tally_ledger *l, const char *account,
-                                              int64_t from_s, int64_t to_s, tally_usage_by by,
-                                              tally_buf *out);
+TALLY_MUST_CHECK tally_err tally_usage_report(tally_ledger *l, const char *account, int64_t from_s,
+                                              int64_t to_s, tally_usage_by by, tally_buf *out);
 
 /* Appends the account's balance as JSON: credits left per grant and the
  * month-to-date charges: {"account","currency","grants":[{"grant_id","kind",

@@ -1,0 +1,208 @@
+/* Late usage: adjustments on the next invoice, never a changed invoice.
+ *
+ * Every finalized invoice records meta.usage_seq at finalization; every usage
+ * row carries the usage_seq of the batch that last wrote it. A live finalized
+ * period P of the account is "billed up to" the largest usage_seq among its
+ * invoice and the later live invoices that carry adjustment lines for P.
+ * Usage rows around P (a day either side, so minimum runs are seen whole)
+ * written after that are late. For such a P:
+ *
+ *   now    = P re-rated from the ledger as it is (same gather as a run, no
+ *            grants: adjustment lines are paid by no credit);
+ *   billed = P's own invoice lines (not its adjustments for other periods)
+ *            plus adjustment lines naming P on later live invoices, each
+ *            taken as the kind it adjusts;
+ *   tally_lines_diff(now, billed) -> adjustment lines naming P, appended to
+ *   the current period's invoice.
+ *
+ * A voided period has no live invoice and is not adjusted: the next run for
+ * it issues a fresh invoice that rates everything. Adjustment lines issued
+ * before that fresh invoice are not counted against it (only later invoices'
+ * adjustments are). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "invoice_int.h"
+
+typedef struct billed_set {
+    tally_line *v;
+    size_t n, cap;
+} billed_set;
+
+static tally_err push_line(tally_line **v, size_t *n, size_t *cap, const tally_line *ln)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        tally_line *p = realloc(*v, nc * sizeof *p);
+        if (!p)
+            return TALLY_NOMEM;
+        *v = p;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = *ln;
+    return TALLY_OK;
+}
+
+static void col_text(sqlite3_stmt *st, int col, char *dst, size_t cap)
+{
+    const char *s = (const char *)sqlite3_column_text(st, col);
+    snprintf(dst, cap, "%s", s ? s : "");
+}
+
+/* One stored line, as the kind it bills (adjustments as what they adjust). */
+static tally_err row_line(sqlite3_stmt *st, tally_line *ln)
+{
+    memset(ln, 0, sizeof *ln);
+    const char *kind = (const char *)sqlite3_column_text(st, 0);
+    const char *adjusts = (const char *)sqlite3_column_text(st, 9);
+    if (tally_line_kind_from_name(kind, &ln->kind) != TALLY_OK)
+        return TALLY_DB;
+    if (ln->kind == TALLY_LINE_ADJUSTMENT &&
+        tally_line_kind_from_name(adjusts, &ln->kind) != TALLY_OK)
+        return TALLY_DB;
+    ln->meter = (tally_meter)sqlite3_column_int(st, 1);
+    ln->pricing = (tally_pricing)sqlite3_column_int(st, 2);
+    ln->migration = sqlite3_column_int(st, 3) != 0;
+    col_text(st, 4, ln->sku, sizeof ln->sku);
+    col_text(st, 5, ln->dim2, sizeof ln->dim2);
+    if (inv_i128_parse((const char *)sqlite3_column_text(st, 6), &ln->quantity) != TALLY_OK)
+        return TALLY_DB;
+    ln->unit_price_nano = sqlite3_column_int64(st, 7);
+    ln->amount_minor = sqlite3_column_int64(st, 8);
+    return TALLY_OK;
+}
+
+static tally_err load_billed(inv_gatherer *g, const char *account, int64_t seq, const char *period,
+                             billed_set *b)
+{
+    sqlite3_stmt *st = inv_stmt(g, INV_Q_BILLED);
+    sqlite3_bind_int64(st, 1, seq);
+    sqlite3_bind_text(st, 2, account, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, period, -1, SQLITE_STATIC);
+    tally_ledger *l = inv_gatherer_ledger(g);
+    tally_err e = TALLY_OK;
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        tally_line ln;
+        e = row_line(st, &ln);
+        if (e)
+            snprintf(l->errmsg, sizeof l->errmsg, "a stored line of %s for %s does not parse",
+                     account, period);
+        else
+            e = push_line(&b->v, &b->n, &b->cap, &ln);
+    }
+    if (!e && rc != SQLITE_DONE)
+        e = ledger_sqlite_err(l, rc);
+    sqlite3_reset(st);
+    return e;
+}
+
+static tally_err is_late(inv_gatherer *g, const char *account, int64_t start, int64_t end,
+                         int64_t seq, bool *late)
+{
+    sqlite3_stmt *st = inv_stmt(g, INV_Q_LATE);
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, start);
+    sqlite3_bind_int64(st, 3, end);
+    sqlite3_bind_int64(st, 4, seq);
+    int rc = sqlite3_step(st);
+    tally_err e = TALLY_OK;
+    if (rc == SQLITE_ROW)
+        *late = sqlite3_column_int(st, 0) != 0;
+    else
+        e = ledger_sqlite_err(inv_gatherer_ledger(g), rc);
+    sqlite3_reset(st);
+    return e;
+}
+
+/* Re-rates period p and appends its differences to what was billed. */
+static tally_err adjust_period(inv_gatherer *g, const tally_account *acct, const char *p,
+                               int64_t seq, inv_input *scratch, tally_line **lines, size_t *n,
+                               size_t *cap, char *why, size_t why_cap)
+{
+    int64_t start, end;
+    tally_err e = tally_period_bounds(p, acct->timezone, &start, &end);
+    if (e)
+        return e;
+    e = inv_gather(g, acct, start, end, false, scratch);
+    if (e)
+        return e;
+    tally_rating_result now = {0};
+    billed_set billed = {0};
+    tally_line *diff = NULL;
+    size_t n_diff = 0;
+    e = tally_rate_period(&scratch->in, &now, why, why_cap);
+    if (e)
+        return e;
+    e = load_billed(g, acct->id, seq, p, &billed);
+    if (!e)
+        e = tally_lines_diff(now.lines, now.n_lines, billed.v, billed.n, p, &diff, &n_diff);
+    for (size_t i = 0; !e && i < n_diff; i++)
+        e = push_line(lines, n, cap, &diff[i]);
+    free(diff);
+    free(billed.v);
+    tally_rating_result_release(&now);
+    return e;
+}
+
+/* One row of the history query: an earlier live invoice. */
+typedef struct past {
+    int64_t seq;
+    char period[8];
+    int64_t billed_to;
+} past;
+
+static tally_err load_history(inv_gatherer *g, const char *account, const char *period, past **out,
+                              size_t *n)
+{
+    sqlite3_stmt *st = inv_stmt(g, INV_Q_HISTORY);
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, period, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    tally_err e = TALLY_OK;
+    int rc;
+    *out = NULL;
+    *n = 0;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 8;
+            past *p = realloc(*out, nc * sizeof *p);
+            if (!p) {
+                e = TALLY_NOMEM;
+                break;
+            }
+            *out = p;
+            cap = nc;
+        }
+        past *h = &(*out)[(*n)++];
+        h->seq = sqlite3_column_int64(st, 0);
+        col_text(st, 1, h->period, sizeof h->period);
+        h->billed_to = sqlite3_column_int64(st, 2);
+    }
+    if (!e && rc != SQLITE_DONE)
+        e = ledger_sqlite_err(inv_gatherer_ledger(g), rc);
+    sqlite3_reset(st);
+    return e;
+}
+
+tally_err inv_adjustments(inv_gatherer *g, const tally_account *acct, const char *period,
+                          inv_input *scratch, tally_line **lines, size_t *n, size_t *cap, char *why,
+                          size_t why_cap)
+{
+    past *hist = NULL;
+    size_t n_hist = 0;
+    tally_err e = load_history(g, acct->id, period, &hist, &n_hist);
+    for (size_t i = 0; !e && i < n_hist; i++) {
+        int64_t start, end;
+        bool late = false;
+        e = tally_period_bounds(hist[i].period, acct->timezone, &start, &end);
+        if (!e)
+            e = is_late(g, acct->id, start, end, hist[i].billed_to, &late);
+        if (!e && late)
+            e = adjust_period(g, acct, hist[i].period, hist[i].seq, scratch, lines, n, cap, why,
+                              why_cap);
+    }
+    free(hist);
+    return e;
+}

@@ -1,0 +1,333 @@
+/* Gathering one account's rating input from the ledger.
+ *
+ * A run reads the rate cards and spot points once (inv_gatherer) and then,
+ * per account, four indexed queries:
+ *   - usage_intervals overlapping [start - 1 day, end + 1 day), found through
+ *     the (account, start_s) index: a row is at most 86400 s long, so a row
+ *     overlapping that window starts after start - 2 days;
+ *   - usage_points inside [start, end);
+ *   - commitments overlapping [start, end);
+ *   - grants of the account's currency whose window touches [start, end) and
+ *     that have money left: the remaining balance is the credit balance of
+ *     ledger account grant:<id> (granting credits it, invoices debit it, a
+ *     void credits it back).
+ * The arrays are kept between accounts and only grow. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "invoice_int.h"
+#include "tally/money.h"
+
+#define DAY_S 86400
+
+struct inv_gatherer {
+    tally_ledger *l;
+    const tally_ratecard *const *cards;
+    size_t n_cards;
+    tally_spot_point *spot;
+    size_t n_spot;
+    sqlite3_stmt *st[INV_Q_COUNT];
+};
+
+/* An invoice X is live unless a credit note (same account and period) refers
+ * to it. */
+#define LIVE(x)                                                                                    \
+    "NOT EXISTS (SELECT 1 FROM invoices c WHERE c.account = " x ".account AND c.period = " x       \
+    ".period AND c.doc_type = 'credit_note' AND c.refers_to = " x ".id)"
+
+static const char *const queries[INV_Q_COUNT] = {
+    [INV_Q_INTERVALS] = "SELECT meter, pricing, migration, resource, dim, weight, start_s, end_s "
+                        "FROM usage_intervals WHERE account = ?1 AND start_s > ?2 - 86400 "
+                        "AND start_s < ?3 AND end_s > ?2",
+    [INV_Q_POINTS] = "SELECT meter, dim, dim2, t_s, qty FROM usage_points "
+                     "WHERE account = ?1 AND t_s >= ?2 AND t_s < ?3",
+    [INV_Q_COMMITMENTS] = "SELECT id, sku, cards, from_s, to_s FROM commitments "
+                          "WHERE account = ?1 AND from_s < ?3 AND to_s > ?2",
+    [INV_Q_GRANTS] = "SELECT g.id, g.kind, g.priority, g.effective_s, g.expires_s, g.scope, "
+                     "coalesce((SELECT b.credit_minor - b.debit_minor FROM balances b "
+                     "WHERE b.ledger_acct = 'grant:' || g.id AND b.currency = g.currency), 0) "
+                     "FROM grants g WHERE g.account = ?1 AND g.currency = ?4 "
+                     "AND g.effective_s < ?3 AND (g.expires_s IS NULL OR g.expires_s > ?2) "
+                     "ORDER BY g.id",
+    /* The account's live finalized invoice for a period. */
+    [INV_Q_LIVE] = "SELECT i.id, i.subtotal_minor, i.credits_minor, i.amount_due_minor, "
+                   "i.currency, i.doc FROM invoices i WHERE i.account = ?1 AND i.period = ?2 "
+                   "AND i.doc_type = 'invoice' AND " LIVE("i") " ORDER BY i.seq DESC LIMIT 1",
+    /* Earlier live invoices with the usage_seq up to which their period is
+     * billed: their own, or that of a later live invoice carrying adjustments
+     * for the period. */
+    [INV_Q_HISTORY] =
+        "SELECT i.seq, i.period, max(i.usage_seq, coalesce((SELECT max(j.usage_seq) "
+        "FROM invoices j WHERE j.account = i.account AND j.doc_type = 'invoice' "
+        "AND j.seq > i.seq AND " LIVE(
+            "j") " AND EXISTS (SELECT 1 FROM invoice_lines x "
+                 "WHERE x.invoice_seq = j.seq AND x.original_period = i.period)), 0)) "
+                 "FROM invoices i WHERE i.account = ?1 AND i.doc_type = 'invoice' AND i.period < "
+                 "?2 "
+                 "AND " LIVE("i") " ORDER BY i.period",
+    /* Whether usage around [?2, ?3) was written after usage_seq ?4. */
+    [INV_Q_LATE] = "SELECT EXISTS (SELECT 1 FROM usage_intervals WHERE account = ?1 "
+                   "AND start_s > ?2 - 172800 AND start_s < ?3 + 86400 AND end_s > ?2 - 86400 "
+                   "AND seq > ?4) OR EXISTS (SELECT 1 FROM usage_points WHERE account = ?1 "
+                   "AND t_s >= ?2 AND t_s < ?3 AND seq > ?4)",
+    /* What was billed for a period: the lines of its invoice ?1 (adjustments
+     * for other periods excluded) and adjustment lines naming it ?3 on later
+     * live invoices of the account ?2, each as the kind it adjusts. */
+    [INV_Q_BILLED] =
+        "SELECT kind, meter, pricing, migration, sku, dim2, quantity, unit_price_nano, "
+        "amount_minor, adjusts FROM invoice_lines WHERE invoice_seq = ?1 "
+        "AND kind != 'adjustment' UNION ALL "
+        "SELECT x.kind, x.meter, x.pricing, x.migration, x.sku, x.dim2, x.quantity, "
+        "x.unit_price_nano, x.amount_minor, x.adjusts FROM invoice_lines x "
+        "JOIN invoices j ON j.seq = x.invoice_seq WHERE j.account = ?2 "
+        "AND j.doc_type = 'invoice' AND j.seq > ?1 AND x.original_period = ?3 AND " LIVE("j"),
+};
+
+sqlite3_stmt *inv_stmt(inv_gatherer *g, inv_query q)
+{
+    sqlite3_reset(g->st[q]);
+    sqlite3_clear_bindings(g->st[q]);
+    return g->st[q];
+}
+
+tally_ledger *inv_gatherer_ledger(inv_gatherer *g)
+{
+    return g->l;
+}
+
+tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out)
+{
+    inv_gatherer *g = calloc(1, sizeof *g);
+    if (!g)
+        return TALLY_NOMEM;
+    g->l = l;
+    tally_err e = ledger_cards(l, &g->cards, &g->n_cards);
+    if (!e)
+        e = ledger_spot_points(l, &g->spot, &g->n_spot);
+    for (int i = 0; i < INV_Q_COUNT && !e; i++)
+        e = ledger_prepare(l, queries[i], &g->st[i]);
+    if (e) {
+        inv_gatherer_destroy(g);
+        return e;
+    }
+    *out = g;
+    return TALLY_OK;
+}
+
+void inv_gatherer_destroy(inv_gatherer *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < INV_Q_COUNT; i++)
+        sqlite3_finalize(g->st[i]);
+    free(g->spot);
+    free(g);
+}
+
+void inv_input_release(inv_input *x)
+{
+    free(x->intervals);
+    free(x->points);
+    free(x->commitments);
+    free(x->grants);
+    memset(x, 0, sizeof *x);
+}
+
+/* Makes room for one more element in a growable array. */
+static tally_err grow(void **arr, size_t n, size_t *cap, size_t size)
+{
+    if (n < *cap)
+        return TALLY_OK;
+    size_t nc = *cap ? *cap * 2 : 64;
+    void *p = realloc(*arr, nc * size);
+    if (!p)
+        return TALLY_NOMEM;
+    *arr = p;
+    *cap = nc;
+    return TALLY_OK;
+}
+
+static void text(sqlite3_stmt *st, int col, char *dst, size_t cap)
+{
+    const unsigned char *s = sqlite3_column_text(st, col);
+    size_t n = s ? strlen((const char *)s) : 0;
+    if (n >= cap)
+        n = cap - 1;
+    if (n)
+        memcpy(dst, s, n);
+    dst[n] = '\0';
+}
+
+/* Binds account, window [lo, hi) and currency, then steps through rows. */
+static tally_err bind(inv_gatherer *g, int q, const char *account, int64_t lo, int64_t hi,
+                      const char *currency)
+{
+    sqlite3_stmt *st = g->st[q];
+    sqlite3_reset(st);
+    int rc = sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 2, lo);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 3, hi);
+    if (rc == SQLITE_OK && q == INV_Q_GRANTS)
+        rc = sqlite3_bind_text(st, 4, currency, -1, SQLITE_STATIC);
+    return rc == SQLITE_OK ? TALLY_OK : ledger_sqlite_err(g->l, rc);
+}
+
+static tally_err step_done(inv_gatherer *g, sqlite3_stmt *st, int rc)
+{
+    tally_err e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(g->l, rc);
+    sqlite3_reset(st);
+    return e;
+}
+
+static tally_err read_intervals(inv_gatherer *g, inv_input *x)
+{
+    sqlite3_stmt *st = g->st[INV_Q_INTERVALS];
+    tally_err e =
+        bind(g, INV_Q_INTERVALS, x->account.id, x->start_s - DAY_S, x->end_s + DAY_S, NULL);
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        e = grow((void **)&x->intervals, x->n_intervals, &x->cap_intervals, sizeof(tally_interval));
+        if (e)
+            break;
+        tally_interval *iv = &x->intervals[x->n_intervals++];
+        memset(iv, 0, sizeof *iv);
+        iv->meter = (tally_meter)sqlite3_column_int(st, 0);
+        iv->pricing = (tally_pricing)sqlite3_column_int(st, 1);
+        iv->migration = sqlite3_column_int(st, 2) != 0;
+        text(st, 3, iv->resource, sizeof iv->resource);
+        text(st, 4, iv->dim, sizeof iv->dim);
+        iv->weight = sqlite3_column_int64(st, 5);
+        iv->start_s = sqlite3_column_int64(st, 6);
+        iv->end_s = sqlite3_column_int64(st, 7);
+        if (iv->start_s < x->end_s && iv->end_s > x->start_s)
+            x->n_in_window++;
+    }
+    return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
+}
+
+static tally_err read_points(inv_gatherer *g, inv_input *x)
+{
+    sqlite3_stmt *st = g->st[INV_Q_POINTS];
+    tally_err e = bind(g, INV_Q_POINTS, x->account.id, x->start_s, x->end_s, NULL);
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        e = grow((void **)&x->points, x->n_points, &x->cap_points, sizeof(tally_point));
+        if (e)
+            break;
+        tally_point *p = &x->points[x->n_points++];
+        memset(p, 0, sizeof *p);
+        p->meter = (tally_meter)sqlite3_column_int(st, 0);
+        text(st, 1, p->dim, sizeof p->dim);
+        text(st, 2, p->dim2, sizeof p->dim2);
+        p->t_s = sqlite3_column_int64(st, 3);
+        p->qty = sqlite3_column_int64(st, 4);
+        x->n_in_window++;
+    }
+    return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
+}
+
+static tally_err read_commitments(inv_gatherer *g, inv_input *x)
+{
+    sqlite3_stmt *st = g->st[INV_Q_COMMITMENTS];
+    tally_err e = bind(g, INV_Q_COMMITMENTS, x->account.id, x->start_s, x->end_s, NULL);
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        e = grow((void **)&x->commitments, x->n_commitments, &x->cap_commitments,
+                 sizeof(tally_commitment));
+        if (e)
+            break;
+        tally_commitment *c = &x->commitments[x->n_commitments++];
+        memset(c, 0, sizeof *c);
+        c->id = sqlite3_column_int64(st, 0);
+        text(st, 1, c->sku, sizeof c->sku);
+        c->cards = sqlite3_column_int64(st, 2);
+        c->from_s = sqlite3_column_int64(st, 3);
+        c->to_s = sqlite3_column_int64(st, 4);
+    }
+    return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
+}
+
+/* One grant row; grants with nothing left are skipped. A stored scope that
+ * no longer parses is a ledger error (it was checked when granted). */
+static tally_err grant_row(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
+{
+    int64_t remaining = sqlite3_column_int64(st, 6);
+    if (remaining <= 0)
+        return TALLY_OK;
+    tally_err e = grow((void **)&x->grants, x->n_grants, &x->cap_grants, sizeof(tally_grant));
+    if (e)
+        return e;
+    tally_grant *gr = &x->grants[x->n_grants];
+    memset(gr, 0, sizeof *gr);
+    gr->id = sqlite3_column_int64(st, 0);
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    const char *scope = (const char *)sqlite3_column_text(st, 5);
+    const char *why = NULL;
+    if (tally_grant_kind_from_name(kind, &gr->kind) != TALLY_OK ||
+        tally_scope_parse(scope ? scope : "", &gr->scope, &why) != TALLY_OK) {
+        snprintf(g->l->errmsg, sizeof g->l->errmsg, "grant %lld: bad kind or scope",
+                 (long long)gr->id);
+        return TALLY_DB;
+    }
+    gr->priority = sqlite3_column_int(st, 2);
+    gr->effective_s = sqlite3_column_int64(st, 3);
+    gr->expires_s =
+        sqlite3_column_type(st, 4) == SQLITE_NULL ? TALLY_TIME_MAX : sqlite3_column_int64(st, 4);
+    gr->remaining_minor = remaining;
+    x->n_grants++;
+    return TALLY_OK;
+}
+
+static tally_err read_grants(inv_gatherer *g, inv_input *x)
+{
+    sqlite3_stmt *st = g->st[INV_Q_GRANTS];
+    tally_err e = bind(g, INV_Q_GRANTS, x->account.id, x->start_s, x->end_s, x->account.currency);
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        e = grant_row(g, st, x);
+    return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
+}
+
+tally_err inv_gather(inv_gatherer *g, const tally_account *acct, int64_t start_s, int64_t end_s,
+                     bool with_grants, inv_input *x)
+{
+    const tally_currency *ccy = tally_currency_find(acct->currency);
+    if (!ccy)
+        return TALLY_UNKNOWN_CURRENCY;
+    x->account = *acct;
+    x->start_s = start_s;
+    x->end_s = end_s;
+    x->n_intervals = x->n_points = x->n_commitments = x->n_grants = 0;
+    x->n_in_window = 0;
+    tally_err e = read_intervals(g, x);
+    if (!e)
+        e = read_points(g, x);
+    if (!e)
+        e = read_commitments(g, x);
+    if (!e && with_grants)
+        e = read_grants(g, x);
+    if (e)
+        return e;
+    x->in = (tally_rating_input){
+        .account = x->account.id,
+        .minor_digits = ccy->minor_digits,
+        .period_start_s = start_s,
+        .period_end_s = end_s,
+        .cards = g->cards,
+        .n_cards = g->n_cards,
+        .spot = g->spot,
+        .n_spot = g->n_spot,
+        .intervals = x->intervals,
+        .n_intervals = x->n_intervals,
+        .points = x->points,
+        .n_points = x->n_points,
+        .commitments = x->commitments,
+        .n_commitments = x->n_commitments,
+        .grants = x->grants,
+        .n_grants = x->n_grants,
+    };
+    return TALLY_OK;
+}

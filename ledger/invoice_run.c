@@ -1,0 +1,465 @@
+/* Invoice runs: rate a period for every account (or one), keep drafts,
+ * finalize.
+ *
+ * An account is in a run when, in its own time zone's period, it has usage,
+ * a commitment, a grant with money left whose window touches the period, or
+ * late usage in an earlier finalized period (adjustments pending).
+ *
+ *   - A period that already has a live (not voided) finalized invoice keeps
+ *     it: the run reports it as already finalized, changes nothing and, with
+ *     an output directory, writes its stored document again.
+ *   - Drafts are recomputed on every run and kept in the drafts table
+ *     (written in batches of DRAFT_BATCH accounts per transaction).
+ *   - Finalizing an account is one BEGIN IMMEDIATE transaction: the check for
+ *     a live invoice, the gather and rating, the next gapless number of
+ *     (invoice, year of the period), the link to the previous document's
+ *     hash, the signed document, its rows and its balanced entry. A failure
+ *     rolls that account back; accounts finalized before it stay finalized
+ *     (a re-run skips them), and the error names the account.
+ * Output files are written after the account's transaction commits. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "invoice_int.h"
+#include "tally/money.h"
+#include "tally/sign.h"
+
+#define DRAFT_BATCH 256
+
+typedef struct tz_bounds {
+    char tz[64];
+    int64_t start_s, end_s;
+} tz_bounds;
+
+typedef struct run {
+    tally_ledger *l;
+    const tally_invoice_run_opts *o;
+    inv_gatherer *g;
+    inv_input in, scratch;
+    tally_line *extra;
+    size_t n_extra, cap_extra;
+    tally_buf doc;
+    tz_bounds *tzs;
+    size_t n_tzs;
+    bool in_tx;
+    size_t tx_accounts;
+    int64_t now_s;
+    char *why;
+    size_t cap;
+} run;
+
+static tally_err fail(run *r, const char *account, tally_err e, const char *what)
+{
+    if (r->why && r->cap)
+        snprintf(r->why, r->cap, "account %s: %s", account, what);
+    return e;
+}
+
+/* Period bounds per time zone, computed once per run. */
+static tally_err bounds_for(run *r, const char *tz, int64_t *start, int64_t *end)
+{
+    for (size_t i = 0; i < r->n_tzs; i++)
+        if (strcmp(r->tzs[i].tz, tz) == 0) {
+            *start = r->tzs[i].start_s;
+            *end = r->tzs[i].end_s;
+            return TALLY_OK;
+        }
+    tally_err e = tally_period_bounds(r->o->period, tz, start, end);
+    if (e)
+        return e;
+    tz_bounds *p = realloc(r->tzs, (r->n_tzs + 1) * sizeof *p);
+    if (!p)
+        return TALLY_NOMEM;
+    r->tzs = p;
+    snprintf(p[r->n_tzs].tz, sizeof p[r->n_tzs].tz, "%s", tz);
+    p[r->n_tzs].start_s = *start;
+    p[r->n_tzs].end_s = *end;
+    r->n_tzs++;
+    return TALLY_OK;
+}
+
+static tally_err tx_open(run *r)
+{
+    if (r->in_tx)
+        return TALLY_OK;
+    tally_err e = ledger_begin(r->l);
+    r->in_tx = e == TALLY_OK;
+    r->tx_accounts = 0;
+    return e;
+}
+
+static tally_err tx_commit(run *r)
+{
+    if (!r->in_tx)
+        return TALLY_OK;
+    r->in_tx = false;
+    return ledger_commit(r->l);
+}
+
+static void tx_rollback(run *r)
+{
+    if (r->in_tx)
+        ledger_rollback(r->l);
+    r->in_tx = false;
+}
+
+static void summary_init(run *r, const tally_account *a, tally_invoice_summary *s)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->account, sizeof s->account, "%s", a->id);
+    snprintf(s->period, sizeof s->period, "%s", r->o->period);
+    snprintf(s->currency, sizeof s->currency, "%s", a->currency);
+    const tally_currency *c = tally_currency_find(a->currency);
+    s->minor_digits = c ? c->minor_digits : 2;
+}
+
+/* The live finalized invoice of the account's period, if any: fills s and
+ * leaves its stored document in r->doc. */
+static tally_err live_invoice(run *r, const tally_account *a, tally_invoice_summary *s, bool *live)
+{
+    sqlite3_stmt *st = inv_stmt(r->g, INV_Q_LIVE);
+    sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->o->period, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    tally_err e = TALLY_OK;
+    *live = rc == SQLITE_ROW;
+    if (rc == SQLITE_ROW) {
+        snprintf(s->invoice_id, sizeof s->invoice_id, "%s", sqlite3_column_text(st, 0));
+        s->subtotal_minor = sqlite3_column_int64(st, 1);
+        s->credits_minor = sqlite3_column_int64(st, 2);
+        s->amount_due_minor = sqlite3_column_int64(st, 3);
+        s->finalized = s->already_finalized = true;
+        tally_buf_reset(&r->doc);
+        e = tally_buf_append(&r->doc, sqlite3_column_blob(st, 5),
+                             (size_t)sqlite3_column_bytes(st, 5));
+    } else if (rc != SQLITE_DONE) {
+        e = ledger_sqlite_err(r->l, rc);
+    }
+    sqlite3_reset(st);
+    return e;
+}
+
+static void doc_from(run *r, const tally_account *a, const tally_rating_result *res, inv_doc *d)
+{
+    *d = (inv_doc){
+        .account = a->id,
+        .currency = a->currency,
+        .minor_digits = r->in.in.minor_digits,
+        .period = r->o->period,
+        .period_start_s = r->in.start_s,
+        .period_end_s = r->in.end_s,
+        .timezone = a->timezone,
+        .issued_at_s = r->now_s,
+        .lines = res->lines,
+        .n_lines = res->n_lines,
+        .credits = res->credits,
+        .n_credits = res->n_credits,
+        .subtotal_minor = res->subtotal_minor,
+        .total_credits_minor = res->total_credits_minor,
+        .amount_due_minor = res->amount_due_minor,
+        .prev_hash = "",
+    };
+}
+
+static tally_err save_draft(run *r, const tally_account *a, const tally_rating_result *res,
+                            tally_invoice_summary *s)
+{
+    inv_doc d;
+    doc_from(r, a, res, &d);
+    snprintf(s->invoice_id, sizeof s->invoice_id, "draft:%s:%s", a->id, r->o->period);
+    d.invoice_id = s->invoice_id;
+    tally_buf_reset(&r->doc);
+    tally_err e = inv_doc_json(&d, NULL, &r->doc, NULL, NULL);
+    if (e)
+        return e;
+    sqlite3_stmt *st;
+    e = ledger_prepare(r->l,
+                       "INSERT OR REPLACE INTO drafts(account, period, doc, updated_at) "
+                       "VALUES (?1, ?2, ?3, ?4)",
+                       &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->o->period, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 3, r->doc.data, (int)r->doc.len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, r->now_s);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        e = ledger_sqlite_err(r->l, rc);
+    sqlite3_finalize(st);
+    return e;
+}
+
+static tally_err drop_draft(run *r, const char *account)
+{
+    sqlite3_stmt *st;
+    tally_err e =
+        ledger_prepare(r->l, "DELETE FROM drafts WHERE account = ?1 AND period = ?2", &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->o->period, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        e = ledger_sqlite_err(r->l, rc);
+    sqlite3_finalize(st);
+    return e;
+}
+
+/* Numbers, chains, signs and stores the invoice, and posts its entry. */
+static tally_err finalize(run *r, const tally_account *a, const tally_rating_result *res,
+                          int64_t usage_seq, tally_invoice_summary *s)
+{
+    int y, m;
+    inv_doc d;
+    inv_sealed sealed = {.usage_seq = usage_seq};
+    char prev[65];
+    tally_err e = inv_period_parse(r->o->period, &y, &m);
+    doc_from(r, a, res, &d);
+    if (!e)
+        e = inv_next_number(r->l, "invoice", y, &d.number);
+    if (!e)
+        e = inv_last_hash(r->l, prev);
+    if (e)
+        return e;
+    snprintf(s->invoice_id, sizeof s->invoice_id, "INV-%04d-%06lld", y, (long long)d.number);
+    d.invoice_id = s->invoice_id;
+    d.finalized = true;
+    d.prev_hash = prev;
+    tally_buf_reset(&r->doc);
+    e = inv_doc_json(&d, r->o->key_path, &r->doc, sealed.hash, sealed.signature);
+    if (e)
+        return e;
+    sealed.doc = r->doc.data;
+    sealed.len = r->doc.len;
+    e = inv_store(r->l, &d, &sealed);
+    if (!e)
+        e = inv_post_invoice(r->l, &d);
+    if (!e)
+        e = drop_draft(r, a->id);
+    s->finalized = e == TALLY_OK;
+    return e;
+}
+
+/* Gathers, adds pending adjustments and rates; *skip when the account has
+ * nothing to bill in the period. */
+static tally_err rate(run *r, const tally_account *a, tally_rating_result *res, bool *skip)
+{
+    int64_t start, end;
+    tally_err e = bounds_for(r, a->timezone, &start, &end);
+    if (e)
+        return fail(r, a->id, e, "bad time zone");
+    e = inv_gather(r->g, a, start, end, true, &r->in);
+    r->n_extra = 0;
+    if (!e)
+        e = inv_adjustments(r->g, a, r->o->period, &r->scratch, &r->extra, &r->n_extra,
+                            &r->cap_extra, r->why, r->cap);
+    if (e)
+        return e;
+    *skip = r->in.n_in_window == 0 && r->in.n_commitments == 0 && r->in.n_grants == 0 &&
+            r->n_extra == 0;
+    if (*skip)
+        return TALLY_OK;
+    r->in.in.extra_lines = r->extra;
+    r->in.in.n_extra_lines = r->n_extra;
+    return tally_rate_period(&r->in.in, res, r->why, r->cap);
+}
+
+/* One account: a draft, a finalized invoice, or the one it already has. */
+static tally_err run_account(run *r, const tally_account *a)
+{
+    tally_invoice_summary s;
+    tally_rating_result res = {0};
+    bool live = false, skip = false;
+    int64_t usage_seq = 0;
+    summary_init(r, a, &s);
+    tally_err e = tx_open(r);
+    if (!e)
+        e = live_invoice(r, a, &s, &live);
+    if (!e && !live && r->o->finalize)
+        e = inv_usage_seq(r->l, &usage_seq);
+    if (!e && !live)
+        e = rate(r, a, &res, &skip);
+    if (!e && !live && !skip) {
+        s.subtotal_minor = res.subtotal_minor;
+        s.credits_minor = res.total_credits_minor;
+        s.amount_due_minor = res.amount_due_minor;
+        e = r->o->finalize ? finalize(r, a, &res, usage_seq, &s) : save_draft(r, a, &res, &s);
+    }
+    tally_rating_result_release(&res);
+    r->tx_accounts++;
+    if (!e && (r->o->finalize || r->tx_accounts >= DRAFT_BATCH))
+        e = tx_commit(r);
+    if (e) {
+        tx_rollback(r);
+        return e;
+    }
+    if (skip)
+        return TALLY_OK;
+    if (r->o->out_dir)
+        e = inv_write_files(r->l, r->o->out_dir, a->id, r->o->period, r->doc.data, r->doc.len,
+                            r->why, r->cap);
+    if (!e && r->o->on_invoice)
+        r->o->on_invoice(r->o->ctx, &s);
+    return e;
+}
+
+/* Names the account and the cause in why, keeping a reason already there. */
+static tally_err explain(run *r, const char *account, tally_err e)
+{
+    if (!r->why || !r->cap)
+        return e;
+    char inner[384];
+    if (r->why[0])
+        snprintf(inner, sizeof inner, "%s", r->why);
+    else if (e == TALLY_DB || e == TALLY_IO || e == TALLY_BUSY)
+        snprintf(inner, sizeof inner, "%s: %s", tally_err_str(e), tally_ledger_errmsg(r->l));
+    else
+        snprintf(inner, sizeof inner, "%s", tally_err_str(e));
+    if (strncmp(inner, "account ", 8) == 0)
+        snprintf(r->why, r->cap, "%s", inner);
+    else
+        snprintf(r->why, r->cap, "account %s: %s", account, inner);
+    return e;
+}
+
+/* Every account, or the one asked for. */
+static tally_err load_accounts(run *r, tally_account **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (r->o->account) {
+        tally_account *a = calloc(1, sizeof *a);
+        if (!a)
+            return TALLY_NOMEM;
+        tally_err e = tally_ledger_account_get(r->l, r->o->account, a);
+        if (e) {
+            free(a);
+            snprintf(r->why, r->cap, "unknown account '%s'", r->o->account);
+            return e;
+        }
+        *out = a;
+        *n = 1;
+        return TALLY_OK;
+    }
+    sqlite3_stmt *st;
+    tally_err e =
+        ledger_prepare(r->l, "SELECT id, currency, timezone, name FROM accounts ORDER BY id", &st);
+    size_t cap = 0;
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            tally_account *p = realloc(*out, nc * sizeof *p);
+            if (!p) {
+                e = TALLY_NOMEM;
+                break;
+            }
+            *out = p;
+            cap = nc;
+        }
+        tally_account *a = &(*out)[(*n)++];
+        memset(a, 0, sizeof *a);
+        const char *cols[4];
+        for (int c = 0; c < 4; c++)
+            cols[c] = (const char *)sqlite3_column_text(st, c);
+        snprintf(a->id, sizeof a->id, "%s", cols[0] ? cols[0] : "");
+        snprintf(a->currency, sizeof a->currency, "%s", cols[1] ? cols[1] : "");
+        snprintf(a->timezone, sizeof a->timezone, "%s", cols[2] ? cols[2] : "UTC");
+        snprintf(a->name, sizeof a->name, "%s", cols[3] ? cols[3] : "");
+    }
+    if (!e && rc != SQLITE_DONE)
+        e = ledger_sqlite_err(r->l, rc);
+    sqlite3_finalize(st);
+    return e;
+}
+
+/* Finalizing needs a usable signing key: checked once, before anything is
+ * written. */
+static tally_err check_key(run *r)
+{
+    char sig[129];
+    tally_err e = tally_sign_hash(r->o->key_path, INV_ZERO_HASH, sig);
+    if (e)
+        snprintf(r->why, r->cap, "signing key %s: %s (create one with 'tally keygen')",
+                 r->o->key_path ? r->o->key_path : "(none)", tally_err_str(e));
+    return e ? TALLY_CRYPTO : TALLY_OK;
+}
+
+/* Creates dir and its parents. */
+static tally_err make_dir(run *r, const char *dir)
+{
+    char path[1024];
+    int n = snprintf(path, sizeof path, "%s", dir);
+    if (n <= 0 || (size_t)n >= sizeof path)
+        return TALLY_IO;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            goto out_fail;
+        *p = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        goto out_fail;
+    return TALLY_OK;
+out_fail:
+    snprintf(r->why, r->cap, "cannot create %s: %s", path, strerror(errno));
+    return TALLY_IO;
+}
+
+static tally_err run_all(run *r)
+{
+    tally_account *accts = NULL;
+    size_t n = 0;
+    tally_err e = load_accounts(r, &accts, &n);
+    if (!e)
+        e = inv_gatherer_create(r->l, &r->g);
+    if (e && !r->why[0])
+        snprintf(r->why, r->cap, "%s: %s", tally_err_str(e), tally_ledger_errmsg(r->l));
+    for (size_t i = 0; !e && i < n; i++) {
+        r->why[0] = '\0';
+        e = run_account(r, &accts[i]);
+        if (e)
+            e = explain(r, accts[i].id, e);
+        else if (r->o->on_progress)
+            r->o->on_progress(r->o->ctx, i + 1, n);
+    }
+    if (!e)
+        e = tx_commit(r);
+    tx_rollback(r);
+    free(accts);
+    return e;
+}
+
+tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, char *why, size_t cap)
+{
+    char local_why[512] = "";
+    run r = {.l = l, .o = o, .now_s = tally_now_s(), .why = why ? why : local_why};
+    r.cap = why ? cap : sizeof local_why;
+    if (r.cap)
+        r.why[0] = '\0';
+    int y, m;
+    if (!o || inv_period_parse(o->period, &y, &m) != TALLY_OK) {
+        snprintf(r.why, r.cap, "bad period '%s': expected YYYY-MM",
+                 o && o->period ? o->period : "");
+        return TALLY_INVAL;
+    }
+    tally_err e = o->finalize ? check_key(&r) : TALLY_OK;
+    if (!e && o->out_dir)
+        e = make_dir(&r, o->out_dir);
+    tally_buf_init(&r.doc, 0);
+    if (!e)
+        e = run_all(&r);
+    inv_gatherer_destroy(r.g);
+    inv_input_release(&r.in);
+    inv_input_release(&r.scratch);
+    free(r.extra);
+    free(r.tzs);
+    tally_buf_release(&r.doc);
+    return e;
+}

@@ -1,0 +1,255 @@
+/* Billing periods and calendar days in IANA time zones.
+ *
+ * A period "YYYY-MM" runs from local midnight on the 1st of the month to
+ * local midnight on the 1st of the next, in the account's time zone. The
+ * C library knows the zone rules (tzfile); it is asked only one question:
+ * the UTC offset in force at a UTC instant (localtime_r's tm_gmtoff). The
+ * rest is integer arithmetic on civil dates, so no floating point and no
+ * mktime() guessing around DST changes:
+ *
+ *   - a local time L (civil seconds as if UTC) happens at t = L - off(t);
+ *     the offsets in force a day and a half either side of L are the only
+ *     candidates, and the earliest t that maps back to L wins (a repeated
+ *     local midnight, at a fall-back change, starts the day at its first
+ *     occurrence);
+ *   - a local midnight that does not exist (a spring-forward change at
+ *     midnight) starts the day at the change itself, found by bisection.
+ *
+ * TZ is set for the duration of a call and restored (or unset) afterwards.
+ * UTC is handled without touching the environment. Not thread-safe (setenv),
+ * like the rest of a ledger connection. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "invoice_int.h"
+
+#define SPAN_S 129600 /* a day and a half: further than any UTC offset */
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* The civil date of a day number (inverse of days_from_civil). */
+static void civil_from_days(int64_t z, int *y, int *m, int *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = (int)(yoe + era * 400 + (*m <= 2));
+}
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+tally_err inv_period_parse(const char *period, int *year, int *month)
+{
+    if (!period || strlen(period) != 7 || period[4] != '-')
+        return TALLY_INVAL;
+    int v[6];
+    for (int i = 0; i < 7; i++) {
+        if (i == 4)
+            continue;
+        if (period[i] < '0' || period[i] > '9')
+            return TALLY_INVAL;
+        v[i < 4 ? i : i - 1] = period[i] - '0';
+    }
+    int y = v[0] * 1000 + v[1] * 100 + v[2] * 10 + v[3];
+    int m = v[4] * 10 + v[5];
+    if (y < 1970 || y > 9998 || m < 1 || m > 12)
+        return TALLY_INVAL;
+    *year = y;
+    *month = m;
+    return TALLY_OK;
+}
+
+static bool is_utc(const char *tz)
+{
+    return strcmp(tz, "UTC") == 0 || strcmp(tz, "Etc/UTC") == 0;
+}
+
+bool inv_tz_valid(const char *tz)
+{
+    if (!tz || !*tz || strlen(tz) > 63)
+        return false;
+    if (is_utc(tz))
+        return true;
+    if (tz[0] == '/' || tz[0] == ':' || strstr(tz, ".."))
+        return false;
+    for (const char *p = tz; *p; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '/' || c == '_' || c == '-' || c == '+';
+        if (!ok)
+            return false;
+    }
+    const char *dir = getenv("TZDIR");
+    char path[512];
+    int n = snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", tz);
+    return n > 0 && (size_t)n < sizeof path && access(path, R_OK) == 0;
+}
+
+/* TZ switching: enter() sets it (unless UTC), leave() restores it. */
+typedef struct tz_saved {
+    bool switched;
+    bool had;
+    char value[256];
+} tz_saved;
+
+static tally_err tz_enter(const char *tz, tz_saved *s)
+{
+    s->switched = false;
+    if (!inv_tz_valid(tz))
+        return TALLY_INVAL;
+    if (is_utc(tz))
+        return TALLY_OK;
+    const char *old = getenv("TZ");
+    s->had = old != NULL;
+    if (old && strlen(old) >= sizeof s->value)
+        return TALLY_INVAL;
+    if (old)
+        memcpy(s->value, old, strlen(old) + 1);
+    if (setenv("TZ", tz, 1) != 0)
+        return TALLY_NOMEM;
+    s->switched = true;
+    tzset();
+    return TALLY_OK;
+}
+
+static void tz_leave(tz_saved *s)
+{
+    if (!s->switched)
+        return;
+    if (s->had)
+        (void)setenv("TZ", s->value, 1);
+    else
+        (void)unsetenv("TZ");
+    tzset();
+    s->switched = false;
+}
+
+/* The UTC offset (seconds east) in force at t in the current TZ. */
+static int64_t offset_at(const tz_saved *s, int64_t t)
+{
+    if (!s->switched)
+        return 0;
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!localtime_r(&tt, &tm))
+        return 0;
+    return (int64_t)tm.tm_gmtoff;
+}
+
+/* The first UTC instant at or after local civil time `local`. */
+static int64_t local_to_utc(const tz_saved *s, int64_t local)
+{
+    int64_t cand[2] = {offset_at(s, local - SPAN_S), offset_at(s, local + SPAN_S)};
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < 2; i++) {
+        int64_t t = local - cand[i];
+        if (offset_at(s, t) == cand[i] && t < best)
+            best = t;
+    }
+    if (best != INT64_MAX)
+        return best;
+    /* A gap: the local time is skipped. The day starts at the change, the
+     * first instant whose offset is the later one. */
+    int64_t lo = local - (cand[0] > cand[1] ? cand[0] : cand[1]);
+    int64_t hi = local - (cand[0] < cand[1] ? cand[0] : cand[1]);
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (offset_at(s, mid) == cand[1])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return hi;
+}
+
+static int64_t local_midnight(const tz_saved *s, int y, int m, int d)
+{
+    return local_to_utc(s, days_from_civil(y, m, d) * 86400);
+}
+
+tally_err tally_period_bounds(const char *period, const char *timezone, int64_t *start_s,
+                              int64_t *end_s)
+{
+    int y, m;
+    if (inv_period_parse(period, &y, &m) != TALLY_OK)
+        return TALLY_INVAL;
+    tz_saved s;
+    tally_err e = tz_enter(timezone ? timezone : "UTC", &s);
+    if (e)
+        return e;
+    *start_s = local_midnight(&s, y, m, 1);
+    *end_s = local_midnight(&s, m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1);
+    tz_leave(&s);
+    return TALLY_OK;
+}
+
+/* The local civil date holding t. */
+static void local_date(const tz_saved *s, int64_t t, int *y, int *m, int *d)
+{
+    int64_t local = t + offset_at(s, t);
+    civil_from_days(floor_div(local, 86400), y, m, d);
+}
+
+tally_err inv_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_t *end_s, char *label,
+                         size_t cap)
+{
+    tz_saved s;
+    tally_err e = tz_enter(tz, &s);
+    if (e)
+        return e;
+    int y, m, d;
+    local_date(&s, t_s, &y, &m, &d);
+    int64_t day = days_from_civil(y, m, d);
+    *start_s = local_to_utc(&s, day * 86400);
+    *end_s = local_to_utc(&s, (day + 1) * 86400);
+    tz_leave(&s);
+    if (label)
+        snprintf(label, cap, "%04d-%02d-%02d", y, m, d);
+    return TALLY_OK;
+}
+
+tally_err inv_period_of(const char *tz, int64_t t_s, char *period, size_t cap)
+{
+    tz_saved s;
+    tally_err e = tz_enter(tz, &s);
+    if (e)
+        return e;
+    int y, m, d;
+    local_date(&s, t_s, &y, &m, &d);
+    tz_leave(&s);
+    snprintf(period, cap, "%04d-%02d", y, m);
+    return TALLY_OK;
+}
+
+void inv_period_step(const char *period, int delta, char *out, size_t cap)
+{
+    int y = 1970, m = 1;
+    if (inv_period_parse(period, &y, &m) != TALLY_OK) {
+        snprintf(out, cap, "%s", "");
+        return;
+    }
+    int idx = y * 12 + (m - 1) + delta;
+    snprintf(out, cap, "%04d-%02d", idx / 12, idx % 12 + 1);
+}
