@@ -4,8 +4,9 @@
  *
  * The grammar is strict so that a typo is an error at grant time rather than
  * a coupon that silently pays nothing: no whitespace, no empty keys, values
- * or terms, each key at most once, meter and pricing values must name a real
- * meter or pricing, and keys and values use [A-Za-z0-9._-] only. */
+ * or terms, meter and pricing values must name a real meter or pricing, and
+ * keys and values use [A-Za-z0-9._-] only. A key may appear in several terms;
+ * like all terms they are ANDed ("sku=a|b,sku=b|c" matches sku b only). */
 #include <assert.h>
 #include <string.h>
 
@@ -88,7 +89,7 @@ static const char *parse_values(const char *s, size_t len, int key, tally_scope 
 }
 
 /* Parses one term s[0..len) ("key=v1|v2") into out->terms[out->n_terms]. */
-static const char *parse_term(const char *s, size_t len, tally_scope *out, unsigned *seen)
+static const char *parse_term(const char *s, size_t len, tally_scope *out)
 {
     const char *eq = memchr(s, '=', len);
     size_t klen, t = out->n_terms;
@@ -109,9 +110,6 @@ static const char *parse_term(const char *s, size_t len, tally_scope *out, unsig
     key = key_index(out->terms[t].key);
     if (key < 0)
         return "unknown key (meter, sku, pricing)";
-    if (*seen & (1u << key))
-        return "key appears twice";
-    *seen |= 1u << key;
     out->terms[t].n_values = 0;
     out->n_terms = t + 1;
     return parse_values(eq + 1, len - klen - 1, key, out, t);
@@ -120,7 +118,6 @@ static const char *parse_term(const char *s, size_t len, tally_scope *out, unsig
 tally_err tally_scope_parse(const char *expr, tally_scope *out, const char **why)
 {
     const char *err = NULL;
-    unsigned seen = 0;
     size_t len, i = 0;
 
     assert(out != NULL);
@@ -132,7 +129,7 @@ tally_err tally_scope_parse(const char *expr, tally_scope *out, const char **why
         const char *comma = memchr(expr + i, ',', len - i);
         size_t tlen = comma ? (size_t)(comma - (expr + i)) : len - i;
 
-        err = parse_term(expr + i, tlen, out, &seen);
+        err = parse_term(expr + i, tlen, out);
         if (comma == NULL)
             break;
         i += tlen + 1;
