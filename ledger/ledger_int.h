@@ -26,6 +26,7 @@ struct tally_ledger {
     const tally_ratecard **card_ptrs;
     size_t n_cards;
     int64_t cards_version;
+    sqlite3_stmt *st_cards_version; /* prepared on first use */
     char errmsg[256];
 };
 
@@ -38,6 +39,8 @@ tally_err ledger_cards(tally_ledger *l, const tally_ratecard *const **cards, siz
 tally_err ledger_card_parse(const char *json, size_t len, ledger_card *out, char *why,
                             size_t cap);
 void ledger_card_release(ledger_card *c);
+/* Drops the cached cards (the next ledger_cards() reloads them). */
+void ledger_cards_clear(tally_ledger *l);
 
 /* All spot points (rate cards' and runtime), any order; *out allocated.
  * Errors: TALLY_DB, TALLY_NOMEM. */
@@ -50,18 +53,21 @@ tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st);
  * TALLY_DB). */
 tally_err ledger_sqlite_err(tally_ledger *l, int rc);
 
-/* BEGIN IMMEDIATE / COMMIT / ROLLBACK. */
+/* BEGIN IMMEDIATE / COMMIT / ROLLBACK. A failed COMMIT rolls back. Errors as
+ * ledger_sqlite_err(). */
 tally_err ledger_begin(tally_ledger *l);
 tally_err ledger_commit(tally_ledger *l);
 void ledger_rollback(tally_ledger *l);
 
 /* Ensures the account exists (created with the newest card's currency and
- * UTC). Errors: TALLY_DB. */
+ * UTC). Errors: TALLY_UNKNOWN_CURRENCY (new account, no rate card loaded),
+ * TALLY_DB. */
 tally_err ledger_account_ensure(tally_ledger *l, const char *account);
 
 /* Appends one balanced entry of postings. Each posting is (ledger account,
- * signed amount: positive = debit, negative = credit). Errors: TALLY_INVAL
- * (does not balance), TALLY_DB. */
+ * signed amount: positive = debit, negative = credit). Atomic on its own (a
+ * savepoint), so it may be called inside or outside a transaction.
+ * Errors: TALLY_INVAL (does not balance, or an amount is INT64_MIN), TALLY_DB. */
 typedef struct ledger_posting {
     char acct[96];
     int64_t amount_minor; /* > 0 debit, < 0 credit, 0 skipped */

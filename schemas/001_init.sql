@@ -9,7 +9,11 @@ CREATE TABLE meta (
   key   TEXT PRIMARY KEY,
   value INTEGER NOT NULL
 ) STRICT;
-INSERT INTO meta(key, value) VALUES ('usage_seq', 0);
+-- usage_seq: bumped once per ingest batch that writes usage; usage rows carry
+-- the value of the batch that last wrote them. count_*: totals kept by the
+-- batch writer, so progress lines need no count(*) over the dedupe index.
+INSERT INTO meta(key, value) VALUES ('usage_seq', 0), ('count_dedupe', 0),
+  ('count_quarantine', 0), ('count_intervals', 0), ('count_points', 0);
 
 CREATE TABLE accounts (
   id         TEXT PRIMARY KEY,
@@ -27,6 +31,10 @@ CREATE TABLE ratecards (
   body           TEXT NOT NULL,
   loaded_at      INTEGER NOT NULL
 ) STRICT;
+CREATE TRIGGER ratecards_no_update BEFORE UPDATE ON ratecards
+BEGIN SELECT RAISE(ABORT, 'rate cards are immutable; load a newer card'); END;
+CREATE TRIGGER ratecards_no_delete BEFORE DELETE ON ratecards
+BEGIN SELECT RAISE(ABORT, 'rate cards are immutable; load a newer card'); END;
 
 -- Spot price points, from rate cards (origin = card id) and set at run time
 -- (origin = 'runtime'). At equal from_s the later row wins.
@@ -39,6 +47,10 @@ CREATE TABLE spot_prices (
   created_at INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX spot_prices_by_sku ON spot_prices(sku, from_s);
+CREATE TRIGGER spot_prices_no_update BEFORE UPDATE ON spot_prices
+BEGIN SELECT RAISE(ABORT, 'spot prices are append-only; add a newer point'); END;
+CREATE TRIGGER spot_prices_no_delete BEFORE DELETE ON spot_prices
+BEGIN SELECT RAISE(ABORT, 'spot prices are append-only; add a newer point'); END;
 
 CREATE TABLE commitments (
   id         INTEGER PRIMARY KEY,
@@ -66,6 +78,10 @@ CREATE TABLE grants (
   created_at   INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX grants_by_account ON grants(account);
+CREATE TRIGGER grants_no_update BEFORE UPDATE ON grants
+BEGIN SELECT RAISE(ABORT, 'grants are immutable'); END;
+CREATE TRIGGER grants_no_delete BEFORE DELETE ON grants
+BEGIN SELECT RAISE(ABORT, 'grants are immutable'); END;
 
 -- Accelerator and storage usage: weight (cards or bytes) held over
 -- [start_s, end_s). Consecutive events of one instance are coalesced into one
