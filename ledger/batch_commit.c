@@ -1,0 +1,310 @@
+/* Committing an ingest batch (the order of work is described in batch.c). */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch_int.h"
+
+/* ---- Offsets ---------------------------------------------------------------- */
+
+static tally_err apply_offsets(tally_batch *b)
+{
+    for (size_t i = 0; i < b->n_offsets; i++) {
+        const batch_offset *o = &b->offsets[i];
+        bool fresh = o->expected_next < 0;
+        sqlite3_stmt *st = b->st[fresh ? ST_OFF_INS : ST_OFF_UPD];
+        sqlite3_bind_text(st, 1, o->topic, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, o->partition);
+        sqlite3_bind_int64(st, 3, o->new_next);
+        sqlite3_bind_int64(st, 4, b->now_s);
+        if (!fresh)
+            sqlite3_bind_int64(st, 5, o->expected_next);
+        tally_err e = batch_step(b, st);
+        if (e != TALLY_OK)
+            return e;
+        if (sqlite3_changes(b->l->db) != 1) {
+            snprintf(b->l->errmsg, sizeof b->l->errmsg,
+                     "offset of %.120s/%d moved: expected %lld, another writer got there first",
+                     o->topic, (int)o->partition, (long long)o->expected_next);
+            return TALLY_STALE;
+        }
+    }
+    return TALLY_OK;
+}
+
+/* ---- Quarantine ------------------------------------------------------------- */
+
+static tally_err quarantine(tally_batch *b, const batch_item *it, const char *reason,
+                            const char *detail)
+{
+    sqlite3_stmt *st = b->st[ST_QUARANTINE];
+    const tally_event *ev = it->is_event ? &it->u.ev : NULL;
+    sqlite3_bind_text(st, 1, b->arena + it->origin_off, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, detail, -1, SQLITE_STATIC);
+    if (ev) {
+        sqlite3_bind_text(st, 4, ev->source, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, ev->id, -1, SQLITE_STATIC);
+    } else {
+        sqlite3_bind_null(st, 4);
+        sqlite3_bind_null(st, 5);
+    }
+    /* Never NULL: the arena holds at least this item's origin. */
+    sqlite3_bind_blob(st, 6, b->arena + it->raw_off, (int)it->raw_len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 7, b->now_s);
+    tally_err e = batch_step(b, st);
+    if (e == TALLY_OK)
+        b->new_quarantine += sqlite3_changes(b->l->db);
+    return e;
+}
+
+/* Why the rate card cannot price ev, in words. */
+static void card_detail(const tally_event *ev, const char *reason, char *out, size_t cap)
+{
+    char when[32];
+    if (tally_time_format(ev->time_s, when, sizeof when) != TALLY_OK)
+        snprintf(when, sizeof when, "%lld", (long long)ev->time_s);
+    if (ev->meter == TALLY_METER_ACCELERATOR && strcmp(reason, "unknown_sku") == 0)
+        snprintf(out, cap, "SKU %s is not on the rate card in force at %s", ev->dim, when);
+    else if (ev->meter == TALLY_METER_ACCELERATOR)
+        snprintf(out, cap, "SKU %s has no %s price on the rate card in force at %s", ev->dim,
+                 tally_pricing_name(ev->pricing), when);
+    else
+        snprintf(out, cap, "no %s price for %s%s%s on the rate card in force at %s",
+                 tally_meter_name(ev->meter), ev->dim, ev->dim2[0] ? "/" : "", ev->dim2, when);
+}
+
+/* ---- Dedupe ------------------------------------------------------------------ */
+
+/* The dedupe table's src column: a 64-bit hash of the source. */
+static int64_t source_hash(const char *source)
+{
+    uint64_t h[2];
+    tally_hash128(source, strlen(source), 0, h);
+    return (int64_t)h[0];
+}
+
+/* Inserts the key; *res is ACCEPTED (new), DUPLICATE or CONFLICT. */
+static tally_err dedupe(tally_batch *b, const tally_event *ev, int64_t src, tally_event_result *res)
+{
+    sqlite3_stmt *st = b->st[ST_DEDUPE_INS];
+    int id_len = (int)strlen(ev->id);
+    sqlite3_bind_int64(st, 1, src);
+    sqlite3_bind_blob(st, 2, ev->id, id_len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (int64_t)ev->fingerprint);
+    tally_err e = batch_step(b, st);
+    if (e != TALLY_OK)
+        return e;
+    if (sqlite3_changes(b->l->db) == 1) {
+        b->new_keys++;
+        *res = TALLY_RESULT_ACCEPTED;
+        return TALLY_OK;
+    }
+    st = b->st[ST_DEDUPE_FP];
+    sqlite3_bind_int64(st, 1, src);
+    sqlite3_bind_blob(st, 2, ev->id, id_len, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        e = rc == SQLITE_DONE ? TALLY_DB : ledger_sqlite_err(b->l, rc);
+        if (rc == SQLITE_DONE)
+            snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe key vanished");
+    } else {
+        *res = (uint64_t)sqlite3_column_int64(st, 0) == ev->fingerprint ? TALLY_RESULT_DUPLICATE
+                                                                        : TALLY_RESULT_CONFLICT;
+    }
+    sqlite3_reset(st);
+    return e;
+}
+
+/* ---- Accounts seen in usage ------------------------------------------------- */
+
+typedef struct acct_probe {
+    const tally_batch *b;
+    const char *account;
+} acct_probe;
+
+static bool acct_eq(const void *ctx, uint32_t idx)
+{
+    const acct_probe *p = ctx;
+    return strcmp(p->b->account_names[idx], p->account) == 0;
+}
+
+/* Creates accounts on first sight; remembers which exist so that the ledger
+ * is asked once per account, not once per event. */
+static tally_err ensure_account(tally_batch *b, const char *account)
+{
+    uint64_t h[2];
+    acct_probe p = {b, account};
+    tally_hash128(account, strlen(account), 1, h);
+    if (idx_table_find(&b->known_accounts, h[0], acct_eq, &p) >= 0)
+        return TALLY_OK;
+    tally_err e = ledger_account_ensure(b->l, account);
+    if (e != TALLY_OK)
+        return e;
+    if (!b->account_names) {
+        b->account_names = calloc(ACCOUNTS_KNOWN_MAX, sizeof *b->account_names);
+        if (!b->account_names || idx_table_reserve(&b->known_accounts, ACCOUNTS_KNOWN_MAX))
+            return TALLY_NOMEM;
+    }
+    if (b->n_accounts == ACCOUNTS_KNOWN_MAX) {
+        idx_table_clear(&b->known_accounts);
+        b->n_accounts = 0;
+    }
+    snprintf(b->account_names[b->n_accounts], TALLY_NAME_MAX, "%s", account);
+    idx_table_insert(&b->known_accounts, h[0], (uint32_t)b->n_accounts++);
+    return TALLY_OK;
+}
+
+/* ---- Items ------------------------------------------------------------------- */
+
+typedef struct commit_ctx {
+    const tally_ratecard *const *cards;
+    size_t n_cards;
+    const char *last_source; /* the previous event's source and its hash */
+    int64_t last_src;
+    tally_batch_stats st;
+} commit_ctx;
+
+static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_result *res)
+{
+    const tally_event *ev = &it->u.ev;
+    char detail[160], when[32];
+    tally_err e = ensure_account(b, ev->account);
+    if (e != TALLY_OK)
+        return e;
+    if (ev->meter == TALLY_METER_ACCELERATOR || ev->meter == TALLY_METER_STORAGE)
+        return agg_interval(b, ev);
+    e = agg_point(b, ev);
+    if (e != TALLY_OVERFLOW)
+        return e;
+    /* Unreachable with real traffic; kept, never dropped. */
+    if (tally_time_format(ev->time_s, when, sizeof when) != TALLY_OK)
+        snprintf(when, sizeof when, "?");
+    snprintf(detail, sizeof detail, "%s quantity of %s at %s does not fit in 64 bits",
+             tally_meter_name(ev->meter), ev->account, when);
+    *res = TALLY_RESULT_QUARANTINED;
+    return quarantine(b, it, "overflow", detail);
+}
+
+static tally_err process_event(tally_batch *b, commit_ctx *c, const batch_item *it,
+                               tally_event_result *res)
+{
+    const tally_event *ev = &it->u.ev;
+    char reason[48], detail[256];
+    if (tally_ratecard_check_event(c->cards, c->n_cards, ev, reason, sizeof reason) != TALLY_OK) {
+        card_detail(ev, reason, detail, sizeof detail);
+        *res = TALLY_RESULT_QUARANTINED;
+        return quarantine(b, it, reason, detail);
+    }
+    if (!c->last_source || strcmp(c->last_source, ev->source) != 0) {
+        c->last_source = ev->source;
+        c->last_src = source_hash(ev->source);
+    }
+    tally_err e = dedupe(b, ev, c->last_src, res);
+    if (e != TALLY_OK || *res == TALLY_RESULT_DUPLICATE)
+        return e;
+    if (*res == TALLY_RESULT_CONFLICT) {
+        snprintf(detail, sizeof detail,
+                 "(source, id) = (%.60s, %.60s) is already recorded with different content",
+                 ev->source, ev->id);
+        return quarantine(b, it, "conflict", detail);
+    }
+    return aggregate(b, it, res);
+}
+
+static void count_result(tally_batch_stats *st, tally_event_result r)
+{
+    int64_t *slot[] = {
+        [TALLY_RESULT_ACCEPTED] = &st->accepted,
+        [TALLY_RESULT_DUPLICATE] = &st->duplicates,
+        [TALLY_RESULT_CONFLICT] = &st->conflicts,
+        [TALLY_RESULT_QUARANTINED] = &st->quarantined,
+    };
+    (*slot[r])++;
+}
+
+static tally_err bump_counters(tally_batch *b)
+{
+    const struct {
+        const char *key;
+        int64_t delta;
+    } c[] = {
+        {"count_dedupe", b->new_keys},
+        {"count_quarantine", b->new_quarantine},
+        {"count_intervals", b->new_intervals},
+        {"count_points", b->new_points},
+    };
+    tally_err e = TALLY_OK;
+    for (size_t i = 0; e == TALLY_OK && i < sizeof c / sizeof *c; i++) {
+        if (!c[i].delta)
+            continue;
+        sqlite3_bind_text(b->st[ST_COUNT], 1, c[i].key, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(b->st[ST_COUNT], 2, c[i].delta);
+        e = batch_step(b, b->st[ST_COUNT]);
+    }
+    return e;
+}
+
+/* Everything between BEGIN and COMMIT. */
+static tally_err commit_body(tally_batch *b, commit_ctx *c, tally_event_result *results)
+{
+    tally_err e = apply_offsets(b);
+    if (e == TALLY_OK)
+        e = ledger_cards(b->l, &c->cards, &c->n_cards);
+    if (e == TALLY_OK)
+        e = agg_begin(b, b->n_points_queued);
+    for (size_t i = 0; e == TALLY_OK && i < b->n_items; i++) {
+        const batch_item *it = &b->items[i];
+        tally_event_result r = TALLY_RESULT_QUARANTINED;
+        if (it->is_event)
+            e = process_event(b, c, it, &r);
+        else
+            e = quarantine(b, it, it->u.rej.reason, it->u.rej.detail);
+        count_result(&c->st, r);
+        if (results)
+            results[i] = r;
+    }
+    if (e == TALLY_OK)
+        e = agg_flush(b);
+    if (e == TALLY_OK)
+        e = bump_counters(b);
+    return e;
+}
+
+static void reset_queue(tally_batch *b)
+{
+    b->n_items = 0;
+    b->n_points_queued = 0;
+    b->arena_len = 0;
+    b->n_offsets = 0;
+    b->seq = 0;
+    b->new_keys = b->new_quarantine = b->new_intervals = b->new_points = 0;
+}
+
+tally_err tally_batch_commit(tally_batch *b, tally_batch_stats *st, tally_event_result *results)
+{
+    commit_ctx c = {0};
+    b->seq = 0;
+    b->new_keys = b->new_quarantine = b->new_intervals = b->new_points = 0;
+    b->now_s = tally_now_s();
+    tally_err e = ledger_begin(b->l);
+    if (e == TALLY_OK) {
+        e = commit_body(b, &c, results);
+        if (e == TALLY_OK)
+            e = ledger_commit(b->l);
+        else
+            ledger_rollback(b->l);
+    }
+    if (e != TALLY_OK) {
+        /* Rows written by this commit are gone: forget what points at them. */
+        agg_forget(b);
+        idx_table_clear(&b->known_accounts);
+        b->n_accounts = 0;
+        memset(&c.st, 0, sizeof c.st);
+    }
+    reset_queue(b);
+    if (st)
+        *st = c.st;
+    return e;
+}
