@@ -1,0 +1,400 @@
+/* The meter: a consumer-group member that writes usage into the ledger
+ * exactly once (include/tally/meter.h; the design is in consumer_int.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "consumer_int.h"
+
+#define DEFAULT_GROUP        "tally-meter"
+#define DEFAULT_BATCH_EVENTS 10000
+#define DEFAULT_BATCH_MS     100
+#define DEFAULT_SESSION_MS   10000
+#define MAX_BATCH_EVENTS     1000000
+#define CONSUME_MAX          2000 /* messages per consume call */
+#define POLL_MS              100  /* longest wait for messages */
+#define PROGRESS_MS          1000
+#define PROGRESS_IDLE_MS     10000
+#define ERROR_REPORT_MS      1000
+#define DLQ_FLUSH_MS         5000
+
+int64_t cons_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- Set-up ------------------------------------------------------------------ */
+
+static tally_err set_conf(rd_kafka_conf_t *conf, const char *const (*kv)[2], size_t n, char *why,
+                          size_t cap)
+{
+    char errstr[256];
+    for (size_t i = 0; i < n; i++)
+        if (rd_kafka_conf_set(conf, kv[i][0], kv[i][1], errstr, sizeof errstr) !=
+            RD_KAFKA_CONF_OK) {
+            snprintf(why, cap, "%s=%s: %s", kv[i][0], kv[i][1], errstr);
+            return TALLY_INVAL;
+        }
+    return TALLY_OK;
+}
+
+static tally_err make_consumer(tally_consumer *c, char *why, size_t cap)
+{
+    char session[24], heartbeat[24], errstr[256];
+    snprintf(session, sizeof session, "%lld", (long long)c->o.session_timeout_ms);
+    snprintf(heartbeat, sizeof heartbeat, "%lld", (long long)(c->o.session_timeout_ms / 3));
+    const char *const kv[][2] = {
+        {"bootstrap.servers", c->o.brokers},
+        {"group.id", c->group},
+        {"client.id", "tally-meter"},
+        {"enable.auto.commit", "false"},
+        {"enable.auto.offset.store", "false"},
+        {"auto.offset.reset", "earliest"},
+        {"enable.partition.eof", "false"},
+        {"session.timeout.ms", session},
+        {"heartbeat.interval.ms", heartbeat},
+        {"fetch.wait.max.ms", "100"},
+        {"queued.max.messages.kbytes", "32768"},
+        {"log.connection.close", "false"},
+    };
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    tally_err e = set_conf(conf, kv, sizeof kv / sizeof *kv, why, cap);
+    if (e) {
+        rd_kafka_conf_destroy(conf);
+        return e;
+    }
+    rd_kafka_conf_set_rebalance_cb(conf, group_rebalance_cb);
+    rd_kafka_conf_set_opaque(conf, c);
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    if (!c->rk) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(why, cap, "%s", errstr);
+        return TALLY_KAFKA;
+    }
+    rd_kafka_poll_set_consumer(c->rk);
+    c->q = rd_kafka_queue_get_consumer(c->rk);
+    return TALLY_OK;
+}
+
+static tally_err make_dlq(tally_consumer *c, char *why, size_t cap)
+{
+    char errstr[256];
+    const char *const kv[][2] = {
+        {"bootstrap.servers", c->o.brokers},
+        {"client.id", "tally-meter-dlq"},
+        {"linger.ms", "20"},
+        {"log.connection.close", "false"},
+    };
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    tally_err e = set_conf(conf, kv, sizeof kv / sizeof *kv, why, cap);
+    if (e) {
+        rd_kafka_conf_destroy(conf);
+        return e;
+    }
+    c->dlq = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (!c->dlq) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(why, cap, "%s", errstr);
+        return TALLY_KAFKA;
+    }
+    return TALLY_OK;
+}
+
+static tally_err copy_name(char *dst, size_t cap, const char *src, const char *what, char *why,
+                           size_t why_cap)
+{
+    size_t n = strlen(src);
+    if (n == 0 || n >= cap || (cap == 256 && n > 249)) {
+        snprintf(why, why_cap, "%s must be 1..249 characters", what);
+        return TALLY_INVAL;
+    }
+    memcpy(dst, src, n + 1);
+    return TALLY_OK;
+}
+
+static tally_err check_opts(tally_consumer *c, const tally_consumer_opts *o, char *why, size_t cap)
+{
+    c->o = *o;
+    if (!o->brokers || !*o->brokers || !o->topic) {
+        snprintf(why, cap, "brokers and topic are required");
+        return TALLY_INVAL;
+    }
+    if (!c->o.batch_events)
+        c->o.batch_events = DEFAULT_BATCH_EVENTS;
+    if (!c->o.batch_ms)
+        c->o.batch_ms = DEFAULT_BATCH_MS;
+    if (!c->o.session_timeout_ms)
+        c->o.session_timeout_ms = DEFAULT_SESSION_MS;
+    if (c->o.batch_events < 1 || c->o.batch_events > MAX_BATCH_EVENTS || c->o.batch_ms < 1 ||
+        c->o.until_idle_ms < 0 || c->o.session_timeout_ms < 1000) {
+        snprintf(why, cap, "batch size, batch time, idle time or session timeout out of range");
+        return TALLY_INVAL;
+    }
+    tally_err e = copy_name(c->topic, sizeof c->topic, o->topic, "topic", why, cap);
+    if (!e)
+        e = copy_name(c->group, sizeof c->group, o->group ? o->group : DEFAULT_GROUP, "group", why,
+                      cap);
+    if (!e && o->dlq_topic)
+        e = copy_name(c->dlq_topic, sizeof c->dlq_topic, o->dlq_topic, "dead-letter topic", why,
+                      cap);
+    return e;
+}
+
+static tally_err make_state(tally_consumer *c, char *why, size_t cap)
+{
+    for (int i = 0; i < 2; i++)
+        if (chunk_init(&c->chunks[i], (size_t)c->o.batch_events)) {
+            snprintf(why, cap, "out of memory");
+            return TALLY_NOMEM;
+        }
+    c->chunks[0].gen = c->next_gen = 1;
+    if (tally_batch_create(c->l, &c->b)) {
+        snprintf(why, cap, "out of memory");
+        return TALLY_NOMEM;
+    }
+    if (pthread_mutex_init(&c->mu, NULL) || pthread_cond_init(&c->cv, NULL)) {
+        snprintf(why, cap, "cannot create a lock");
+        return TALLY_NOMEM;
+    }
+    c->sync_ready = true;
+    return TALLY_OK;
+}
+
+tally_err tally_consumer_create(tally_ledger *l, const tally_consumer_opts *opts,
+                                tally_consumer **out, char *why, size_t cap)
+{
+    *out = NULL;
+    if (!l || !opts) {
+        snprintf(why, cap, "no ledger or options");
+        return TALLY_INVAL;
+    }
+    tally_consumer *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(why, cap, "out of memory");
+        return TALLY_NOMEM;
+    }
+    c->l = l;
+    tally_err e = check_opts(c, opts, why, cap);
+    if (!e)
+        e = make_state(c, why, cap);
+    if (!e)
+        e = make_consumer(c, why, cap);
+    if (!e && c->dlq_topic[0])
+        e = make_dlq(c, why, cap);
+    if (e) {
+        tally_consumer_destroy(c);
+        return e;
+    }
+    c->st.lag = -1;
+    *out = c;
+    return TALLY_OK;
+}
+
+void tally_consumer_destroy(tally_consumer *c)
+{
+    if (!c)
+        return;
+    pipeline_stop(c);
+    for (int i = 0; i < 2; i++)
+        chunk_drop(&c->chunks[i]);
+    c->closing = true;
+    if (c->rk) {
+        (void)rd_kafka_consumer_close(c->rk);
+        rd_kafka_queue_destroy(c->q);
+        rd_kafka_destroy(c->rk);
+    }
+    if (c->dlq) {
+        if (rd_kafka_flush(c->dlq, DLQ_FLUSH_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+            fprintf(stderr, "tally meter: some dead-letter copies were not delivered\n");
+        rd_kafka_destroy(c->dlq);
+    }
+    tally_batch_destroy(c->b);
+    for (int i = 0; i < 2; i++)
+        chunk_free(&c->chunks[i]);
+    if (c->sync_ready) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+    }
+    free(c->parts);
+    free(c);
+}
+
+void tally_consumer_stats_get(const tally_consumer *c, tally_consumer_stats *out)
+{
+    *out = c->st;
+}
+
+/* ---- Consuming ----------------------------------------------------------------- */
+
+static void on_error(tally_consumer *c, const rd_kafka_message_t *m)
+{
+    char errstr[512];
+    if (rd_kafka_fatal_error(c->rk, errstr, sizeof errstr)) {
+        fprintf(stderr, "tally meter: fatal kafka error: %s\n", errstr);
+        c->fatal = TALLY_KAFKA;
+        return;
+    }
+    int64_t now = cons_now_ms();
+    if (now - c->last_error_ms < ERROR_REPORT_MS)
+        return;
+    c->last_error_ms = now;
+    fprintf(stderr, "tally meter: kafka: %s\n", rd_kafka_message_errstr(m));
+}
+
+static tally_err add_off(chunk *k, int32_t partition)
+{
+    if (k->n_offs == k->offs_cap) {
+        size_t cap = k->offs_cap ? 2 * k->offs_cap : 64;
+        chunk_off *o = realloc(k->offs, cap * sizeof *o);
+        if (!o)
+            return TALLY_NOMEM;
+        k->offs = o;
+        k->offs_cap = cap;
+    }
+    k->offs[k->n_offs++] = (chunk_off){.partition = partition};
+    return TALLY_OK;
+}
+
+/* A message from a partition that the ledger is ahead of: the topic was
+ * recreated or truncated. It is skipped (the ledger has that offset). */
+static void warn_behind(tally_consumer *c, part *p, const rd_kafka_message_t *m)
+{
+    if (p->warned_behind)
+        return;
+    p->warned_behind = true;
+    fprintf(stderr,
+            "tally meter: %s/%d: offset %lld is behind the ledger's %lld (topic recreated?); "
+            "skipping to the ledger's offset\n",
+            c->topic, (int)m->partition, (long long)m->offset, (long long)p->next);
+}
+
+/* Decodes one message into the chunk being filled; takes ownership of m. */
+static void take(tally_consumer *c, rd_kafka_message_t *m, int64_t now_s, int64_t now_ms)
+{
+    chunk *k = &c->chunks[c->fill];
+    part *p = group_part(c, m->partition);
+    if (m->err || c->drop_rest || !p || !p->assigned || k->n == k->cap) {
+        if (m->err)
+            on_error(c, m);
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    if (p->next >= 0 && m->offset < p->next) {
+        warn_behind(c, p, m);
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    if (p->gen != k->gen && add_off(k, m->partition)) {
+        c->fatal = TALLY_NOMEM;
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    p->gen = k->gen;
+    item *it = &k->items[k->n++];
+    tally_reject rej;
+    const char *raw = m->payload ? (const char *)m->payload : "";
+    it->m = m;
+    it->is_event = tally_event_decode(raw, m->len, now_s, &it->u.ev, &rej) == TALLY_OK;
+    if (!it->is_event)
+        it->u.rej = rej;
+    if (k->n == 1)
+        k->first_ms = now_ms;
+    k->bytes += m->len;
+    p->next = m->offset + 1;
+    c->last_msg_ms = now_ms;
+}
+
+/* How long the next consume call may wait. */
+static int poll_timeout(const tally_consumer *c, int64_t now_ms)
+{
+    const chunk *k = &c->chunks[c->fill];
+    if (k->n == 0)
+        return POLL_MS;
+    if (c->in_flight)
+        return 2;
+    int64_t left = k->first_ms + c->o.batch_ms - now_ms;
+    return left < 1 ? 0 : left > POLL_MS ? POLL_MS : (int)left;
+}
+
+static bool idle_done(tally_consumer *c, int64_t now_ms)
+{
+    if (c->o.until_idle_ms <= 0 || !c->joined || c->in_flight || c->chunks[c->fill].n > 0)
+        return false;
+    if (now_ms - c->last_msg_ms < c->o.until_idle_ms)
+        return false;
+    return group_lag(c) == 0;
+}
+
+static void progress_tick(tally_consumer *c, tally_consumer_progress_fn fn, void *ctx,
+                          int64_t start_ms, int64_t now_ms)
+{
+    if (now_ms < c->next_progress_ms)
+        return;
+    c->st.lag = group_lag(c);
+    bool moved = c->st.messages != c->progress_msgs || c->chunks[c->fill].n > 0;
+    if (fn && (moved || now_ms - c->last_progress_ms >= PROGRESS_IDLE_MS)) {
+        fn(ctx, &c->st, now_ms - start_ms);
+        c->last_progress_ms = now_ms;
+    }
+    c->progress_msgs = c->st.messages;
+    c->next_progress_ms = now_ms + PROGRESS_MS;
+}
+
+static void consume_once(tally_consumer *c, rd_kafka_message_t **msgs)
+{
+    chunk *k = &c->chunks[c->fill];
+    if (k->n == k->cap || k->bytes >= CHUNK_MAX_BYTES) {
+        pipeline_seal(c, false);
+        return;
+    }
+    size_t room = k->cap - k->n;
+    c->drop_rest = false;
+    ssize_t n = rd_kafka_consume_batch_queue(c->q, poll_timeout(c, cons_now_ms()), msgs,
+                                             room < CONSUME_MAX ? room : CONSUME_MAX);
+    int64_t now_ms = cons_now_ms();
+    int64_t now_s = tally_now_s();
+    for (ssize_t i = 0; i < n; i++)
+        take(c, msgs[i], now_s, now_ms);
+    pipeline_collect(c, false);
+    k = &c->chunks[c->fill];
+    if (k->n > 0 && !c->in_flight && now_ms - k->first_ms >= c->o.batch_ms)
+        pipeline_seal(c, false);
+}
+
+tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
+                             tally_consumer_progress_fn progress, void *ctx)
+{
+    rd_kafka_message_t **msgs = malloc(CONSUME_MAX * sizeof *msgs);
+    if (!msgs)
+        return TALLY_NOMEM;
+    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(sub, c->topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t err = rd_kafka_subscribe(c->rk, sub);
+    rd_kafka_topic_partition_list_destroy(sub);
+    if (err) {
+        free(msgs);
+        fprintf(stderr, "tally meter: subscribe failed: %s\n", rd_kafka_err2str(err));
+        return TALLY_KAFKA;
+    }
+    if (pipeline_start(c)) {
+        free(msgs);
+        return TALLY_NOMEM;
+    }
+    int64_t start_ms = cons_now_ms();
+    c->next_progress_ms = start_ms + PROGRESS_MS;
+    while (!(stop && *stop) && !c->fatal) {
+        consume_once(c, msgs);
+        int64_t now_ms = cons_now_ms();
+        progress_tick(c, progress, ctx, start_ms, now_ms);
+        if (idle_done(c, now_ms))
+            break;
+    }
+    pipeline_seal(c, true);
+    pipeline_stop(c);
+    c->st.lag = group_lag(c);
+    free(msgs);
+    return c->fatal;
+}

@@ -1,0 +1,306 @@
+/* The meter's commit side: chunks of decoded messages into the ledger, one
+ * transaction each, on a commit thread of their own (see consumer_int.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer_int.h"
+
+#define DLQ_RETRIES 50 /* x 100 ms while the producer's queue is full */
+
+tally_err chunk_init(chunk *k, size_t cap)
+{
+    memset(k, 0, sizeof *k);
+    k->items = malloc(cap * sizeof *k->items);
+    k->results = malloc(cap * sizeof *k->results);
+    if (!k->items || !k->results) {
+        chunk_free(k);
+        return TALLY_NOMEM;
+    }
+    k->cap = cap;
+    return TALLY_OK;
+}
+
+void chunk_free(chunk *k)
+{
+    chunk_drop(k);
+    free(k->items);
+    free(k->results);
+    free(k->offs);
+    memset(k, 0, sizeof *k);
+}
+
+static void release_messages(chunk *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        rd_kafka_message_destroy(k->items[i].m);
+    k->n = 0;
+    k->bytes = 0;
+}
+
+void chunk_drop(chunk *k)
+{
+    release_messages(k);
+    k->n_offs = 0;
+}
+
+void pipeline_drop_fill(tally_consumer *c)
+{
+    chunk_drop(&c->chunks[c->fill]);
+    c->chunks[c->fill].gen = ++c->next_gen;
+}
+
+/* Writes "kafka:<topic>/<partition>@<offset>" into out (ORIGIN_MAX bytes). */
+static void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, char *out)
+{
+    int n =
+        snprintf(out, ORIGIN_MAX, "kafka:%s/%d@%lld", c->topic, (int)partition, (long long)offset);
+    if (n < 0)
+        out[0] = '\0';
+}
+
+/* ---- Dead-letter copies ----------------------------------------------------- */
+
+static tally_err first_col(void *ctx, int ncols, const char *const *cols)
+{
+    if (ncols > 0 && cols[0])
+        snprintf(ctx, sizeof((tally_reject *)0)->reason, "%s", cols[0]);
+    return TALLY_OK;
+}
+
+/* The stored reason of a message quarantined at commit (unknown_sku,
+ * no_price, ...), which only the ledger knows. */
+static void stored_reason(tally_consumer *c, const char *origin, char *reason)
+{
+    const char *params[] = {origin};
+    snprintf(reason, sizeof((tally_reject *)0)->reason, "quarantined");
+    if (tally_ledger_query(c->l, "SELECT reason FROM quarantine WHERE origin = ?", params, 1,
+                           first_col, reason) != TALLY_OK)
+        fprintf(stderr, "tally meter: cannot read the quarantine reason of %s: %s\n", origin,
+                tally_ledger_errmsg(c->l));
+}
+
+static bool dlq_produce(tally_consumer *c, const rd_kafka_message_t *m, const char *reason,
+                        const char *origin)
+{
+    for (int tries = 0; tries < DLQ_RETRIES; tries++) {
+        rd_kafka_resp_err_t err = rd_kafka_producev(
+            c->dlq, RD_KAFKA_V_TOPIC(c->dlq_topic), RD_KAFKA_V_KEY(m->key, m->key_len),
+            RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_HEADER("tally-reason", reason, -1),
+            RD_KAFKA_V_HEADER("tally-origin", origin, -1), RD_KAFKA_V_END);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return true;
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            fprintf(stderr, "tally meter: dead-letter copy of %s failed: %s\n", origin,
+                    rd_kafka_err2str(err));
+            return false;
+        }
+        rd_kafka_poll(c->dlq, 100);
+    }
+    fprintf(stderr, "tally meter: dead-letter copy of %s failed: queue full\n", origin);
+    return false;
+}
+
+/* Produces a copy of every message the commit quarantined, with its reason
+ * and origin in headers. The ledger's quarantine table is the record; the
+ * copies are a notification and may repeat after a crash or a rebalance. */
+static void dlq_chunk(tally_consumer *c, chunk *k)
+{
+    char origin[ORIGIN_MAX];
+    char reason[sizeof((tally_reject *)0)->reason];
+    for (size_t i = 0; i < k->n; i++) {
+        tally_event_result r = k->results[i];
+        if (r != TALLY_RESULT_QUARANTINED && r != TALLY_RESULT_CONFLICT)
+            continue;
+        const item *it = &k->items[i];
+        origin_format(c, it->m->partition, it->m->offset, origin);
+        if (r == TALLY_RESULT_CONFLICT)
+            snprintf(reason, sizeof reason, "conflict");
+        else if (!it->is_event)
+            snprintf(reason, sizeof reason, "%s", it->u.rej.reason);
+        else
+            stored_reason(c, origin, reason);
+        if (dlq_produce(c, it->m, reason, origin))
+            k->dlq++;
+    }
+    rd_kafka_poll(c->dlq, 0);
+}
+
+/* ---- Commit ----------------------------------------------------------------- */
+
+static tally_err queue_chunk(tally_consumer *c, chunk *k)
+{
+    char origin[ORIGIN_MAX];
+    for (size_t i = 0; i < k->n; i++) {
+        const item *it = &k->items[i];
+        const char *raw = it->m->payload ? (const char *)it->m->payload : "";
+        origin_format(c, it->m->partition, it->m->offset, origin);
+        tally_err e = it->is_event
+                          ? tally_batch_add_event(c->b, &it->u.ev, raw, it->m->len, origin)
+                          : tally_batch_add_reject(c->b, &it->u.rej, raw, it->m->len, origin);
+        if (e)
+            return e;
+    }
+    for (size_t i = 0; i < k->n_offs; i++) {
+        const chunk_off *o = &k->offs[i];
+        tally_err e =
+            tally_batch_set_offset(c->b, c->topic, o->partition, o->expected_next, o->new_next);
+        if (e)
+            return e;
+    }
+    return TALLY_OK;
+}
+
+/* Empties the batch after a failed queueing: a commit that cannot succeed
+ * (its offsets are not all set) would write something, so the batch is
+ * replaced instead. */
+static tally_err reset_batch(tally_consumer *c)
+{
+    tally_batch_destroy(c->b);
+    c->b = NULL;
+    return tally_batch_create(c->l, &c->b);
+}
+
+void chunk_commit(tally_consumer *c, chunk *k)
+{
+    memset(&k->st, 0, sizeof k->st);
+    k->dlq = 0;
+    k->err = queue_chunk(c, k);
+    if (k->err) {
+        if (reset_batch(c) != TALLY_OK)
+            k->err = TALLY_NOMEM;
+    } else {
+        k->err = tally_batch_commit(c->b, &k->st, k->results);
+    }
+    if (k->err == TALLY_OK && c->dlq)
+        dlq_chunk(c, k);
+    release_messages(k);
+}
+
+/* ---- The commit thread ---------------------------------------------------- */
+
+static void *commit_main(void *arg)
+{
+    tally_consumer *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->job && !c->quit)
+            pthread_cond_wait(&c->cv, &c->mu);
+        chunk *k = c->job;
+        if (!k)
+            break;
+        pthread_mutex_unlock(&c->mu);
+        chunk_commit(c, k);
+        pthread_mutex_lock(&c->mu);
+        c->job = NULL;
+        c->done = k;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+tally_err pipeline_start(tally_consumer *c)
+{
+    if (c->o.no_pipeline || c->thread_started)
+        return TALLY_OK;
+    c->quit = false;
+    if (pthread_create(&c->thread, NULL, commit_main, c) != 0)
+        return TALLY_NOMEM;
+    c->thread_started = true;
+    return TALLY_OK;
+}
+
+void pipeline_stop(tally_consumer *c)
+{
+    if (!c->thread_started)
+        return;
+    pipeline_collect(c, true);
+    pthread_mutex_lock(&c->mu);
+    c->quit = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    c->thread_started = false;
+}
+
+/* Books a committed (or failed) chunk: totals, Kafka offsets, and after a
+ * stale or busy commit, a restart from what the ledger holds. */
+static void finish(tally_consumer *c, chunk *k)
+{
+    if (k->err == TALLY_OK) {
+        c->st.messages += k->st.accepted + k->st.duplicates + k->st.conflicts + k->st.quarantined;
+        c->st.accepted += k->st.accepted;
+        c->st.duplicates += k->st.duplicates;
+        c->st.conflicts += k->st.conflicts;
+        c->st.quarantined += k->st.quarantined;
+        c->st.dlq += k->dlq;
+        c->st.batches++;
+        group_commit_kafka(c, k);
+    } else if (k->err == TALLY_STALE || k->err == TALLY_BUSY) {
+        c->st.stale++;
+        fprintf(stderr, "tally meter: batch dropped (%s); resuming from the ledger's offsets\n",
+                tally_err_name(k->err));
+        group_resync(c);
+    } else {
+        fprintf(stderr, "tally meter: commit failed: %s (%s)\n", tally_err_str(k->err),
+                tally_ledger_errmsg(c->l));
+        c->fatal = k->err;
+    }
+    k->n_offs = 0;
+}
+
+/* Fixes each touched partition's CAS pair and advances its chain. */
+static void seal_offsets(tally_consumer *c, chunk *k)
+{
+    for (size_t i = 0; i < k->n_offs; i++) {
+        chunk_off *o = &k->offs[i];
+        part *p = group_part(c, o->partition);
+        o->expected_next = p->chain;
+        o->new_next = p->next;
+        p->chain = p->next;
+    }
+}
+
+void pipeline_collect(tally_consumer *c, bool wait)
+{
+    if (!c->in_flight)
+        return;
+    pthread_mutex_lock(&c->mu);
+    while (wait && !c->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    chunk *k = c->done;
+    c->done = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (!k)
+        return;
+    c->in_flight = false;
+    finish(c, k);
+}
+
+void pipeline_seal(tally_consumer *c, bool wait)
+{
+    chunk *k = &c->chunks[c->fill];
+    if (k->n > 0) {
+        pipeline_collect(c, true);
+        /* The collected chunk may have been stale, which drops this one. */
+        if (k->n > 0 && !c->fatal) {
+            seal_offsets(c, k);
+            if (c->thread_started) {
+                pthread_mutex_lock(&c->mu);
+                c->job = k;
+                pthread_cond_broadcast(&c->cv);
+                pthread_mutex_unlock(&c->mu);
+                c->in_flight = true;
+                c->fill = 1 - c->fill;
+            } else {
+                chunk_commit(c, k);
+                finish(c, k);
+            }
+        }
+        c->chunks[c->fill].gen = ++c->next_gen;
+    }
+    if (wait)
+        pipeline_collect(c, true);
+}

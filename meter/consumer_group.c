@@ -1,0 +1,152 @@
+/* The meter's group membership: assignments start from the offsets stored
+ * in the ledger, revocations commit the open chunk before letting go, and a
+ * stale commit restarts every partition from the ledger. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer_int.h"
+
+part *group_part(tally_consumer *c, int32_t partition)
+{
+    if (partition < 0 || partition >= c->n_parts)
+        return NULL;
+    return &c->parts[partition];
+}
+
+static tally_err grow_parts(tally_consumer *c, int32_t partition)
+{
+    if (partition < c->n_parts)
+        return TALLY_OK;
+    int32_t n = partition + 1;
+    part *p = realloc(c->parts, (size_t)n * sizeof *p);
+    if (!p)
+        return TALLY_NOMEM;
+    memset(p + c->n_parts, 0, (size_t)(n - c->n_parts) * sizeof *p);
+    for (int32_t i = c->n_parts; i < n; i++)
+        p[i].next = p[i].chain = -1;
+    c->parts = p;
+    c->n_parts = n;
+    return TALLY_OK;
+}
+
+static void unassign_all(tally_consumer *c)
+{
+    for (int32_t i = 0; i < c->n_parts; i++)
+        c->parts[i].assigned = false;
+    c->st.partitions = 0;
+}
+
+/* Sets each listed partition's start to its stored next offset (the
+ * beginning if none) and assigns them. Nothing may be in flight. */
+static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_t *list)
+{
+    tally_err e = TALLY_OK;
+    unassign_all(c);
+    for (int i = 0; i < list->cnt && !e; i++) {
+        rd_kafka_topic_partition_t *tp = &list->elems[i];
+        int64_t next = -1;
+        if (strcmp(tp->topic, c->topic) != 0)
+            continue;
+        e = grow_parts(c, tp->partition);
+        if (!e)
+            e = tally_ledger_offset_get(c->l, c->topic, tp->partition, &next);
+        if (e)
+            break;
+        part *p = &c->parts[tp->partition];
+        p->assigned = true;
+        p->next = p->chain = next;
+        tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
+    }
+    if (e) {
+        fprintf(stderr, "tally meter: cannot read stored offsets: %s (%s)\n", tally_err_str(e),
+                tally_ledger_errmsg(c->l));
+        c->fatal = e;
+        unassign_all(c);
+        (void)rd_kafka_assign(c->rk, NULL);
+        return;
+    }
+    rd_kafka_resp_err_t err = rd_kafka_assign(c->rk, list);
+    if (err) {
+        fprintf(stderr, "tally meter: assign failed: %s\n", rd_kafka_err2str(err));
+        c->fatal = TALLY_KAFKA;
+        unassign_all(c);
+        return;
+    }
+    c->st.partitions = list->cnt;
+    /* Messages already handed out predate the new positions. */
+    c->drop_rest = true;
+    c->last_msg_ms = cons_now_ms();
+}
+
+void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                        rd_kafka_topic_partition_list_t *list, void *opaque)
+{
+    tally_consumer *c = opaque;
+    (void)rk;
+    c->in_rebalance = true;
+    /* Whatever happens next, the open chunk is committed first, while these
+     * partitions are still ours (a stale commit is refused by the ledger). */
+    pipeline_seal(c, true);
+    c->in_rebalance = false;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS && !c->closing && !c->fatal) {
+        assign_from_ledger(c, list);
+        c->joined = true;
+        c->st.rebalances++;
+        return;
+    }
+    if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && err != RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
+        fprintf(stderr, "tally meter: rebalance error: %s\n", rd_kafka_err2str(err));
+    unassign_all(c);
+    c->drop_rest = true;
+    (void)rd_kafka_assign(c->rk, NULL);
+}
+
+void group_resync(tally_consumer *c)
+{
+    pipeline_drop_fill(c);
+    c->drop_rest = true;
+    if (c->in_rebalance || c->closing)
+        return; /* the partitions are being let go anyway */
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(c->n_parts);
+    for (int32_t i = 0; i < c->n_parts; i++)
+        if (c->parts[i].assigned)
+            rd_kafka_topic_partition_list_add(list, c->topic, i);
+    assign_from_ledger(c, list);
+    rd_kafka_topic_partition_list_destroy(list);
+}
+
+int64_t group_lag(tally_consumer *c)
+{
+    int64_t lag = 0;
+    for (int32_t i = 0; i < c->n_parts; i++) {
+        const part *p = &c->parts[i];
+        int64_t lo = -1, hi = -1;
+        if (!p->assigned)
+            continue;
+        if (rd_kafka_get_watermark_offsets(c->rk, c->topic, i, &lo, &hi) || hi < 0)
+            return -1;
+        int64_t pos = p->next >= 0 ? p->next : lo;
+        if (pos < 0)
+            return -1;
+        if (hi > pos)
+            lag += hi - pos;
+    }
+    return lag;
+}
+
+void group_commit_kafka(tally_consumer *c, const chunk *k)
+{
+    if (k->n_offs == 0)
+        return;
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)k->n_offs);
+    for (size_t i = 0; i < k->n_offs; i++) {
+        const part *p = group_part(c, k->offs[i].partition);
+        if (p && p->assigned)
+            rd_kafka_topic_partition_list_add(list, c->topic, k->offs[i].partition)->offset =
+                k->offs[i].new_next;
+    }
+    if (list->cnt > 0)
+        (void)rd_kafka_commit(c->rk, list, 1);
+    rd_kafka_topic_partition_list_destroy(list);
+}
