@@ -63,6 +63,11 @@ tally_err tally_buf_puts(tally_buf *b, const char *s)
     return tally_buf_append(b, s, strlen(s));
 }
 
+/* Marks fmt as a printf format passed on with a va_list, so that clang's
+ * -Wformat-nonliteral accepts the vsnprintf calls below. */
+__attribute__((format(printf, 2, 0))) tally_err tally_buf_vprintf(tally_buf *b, const char *fmt,
+                                                                  va_list ap);
+
 tally_err tally_buf_vprintf(tally_buf *b, const char *fmt, va_list ap)
 {
     va_list ap2;
