@@ -215,7 +215,7 @@ static bool scan_number(json_scan *s, json_val *v)
     if (*q == '-')
         q++;
     if (q >= end || *q < '0' || *q > '9')
-        return json_scan_fail(s, (const char *)q, "invalid number");
+        return json_scan_fail(s, (const char *)q, "digit expected after '-'");
     d = *q == '0' ? q + 1 : skip_digits(q, end);
     if (d < end && *q == '0' && *d >= '0' && *d <= '9')
         return json_scan_fail(s, (const char *)q, "leading zero in number");
@@ -250,7 +250,7 @@ static bool scan_literal(json_scan *s, json_val *v)
     static const struct {
         const char *text;
         size_t len;
-        json_type type;
+        json_kind type;
     } literals[] = {{"true", 4, JSON_TRUE}, {"false", 5, JSON_FALSE}, {"null", 4, JSON_NULL}};
     for (size_t i = 0; i < sizeof literals / sizeof literals[0]; i++) {
         size_t n = literals[i].len;

@@ -28,7 +28,7 @@
 
 #define JSON_MAX_DEPTH 32
 
-typedef enum json_type {
+typedef enum json_kind {
     JSON_ABSENT = 0, /* not read: used by callers for "no such member" */
     JSON_STRING,
     JSON_NUMBER,
@@ -37,14 +37,14 @@ typedef enum json_type {
     JSON_NULL,
     JSON_OBJECT,
     JSON_ARRAY,
-} json_type;
+} json_kind;
 
 /* A value's place in the buffer. For a string, p/len are the bytes between
  * the quotes (escapes intact); for anything else the value's whole text. */
 typedef struct json_val {
     const char *p;
     size_t len;
-    json_type type;
+    json_kind type;
     bool escaped; /* string only: holds at least one backslash escape */
 } json_val;
 

@@ -1,0 +1,893 @@
+/* Tests for event decoding (meter/event.c) and the pure helpers event.h
+ * declares: RFC 3339 times (rating/time.c), names (rating/names.c) and the
+ * 128-bit hash (rating/hash.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tally/buf.h"
+#include "tally/event.h"
+
+/* 2026-04-01T00:00:00Z: the clock for every decode below. */
+#define NOW_S 1775001600LL
+
+/* ---- Building messages ---------------------------------------------------- */
+
+typedef struct kv {
+    const char *key, *value; /* value is raw JSON text */
+} kv;
+
+static const kv accelerator_data[] = {{"instance", "\"i-0a1b\""}, {"sku", "\"h100-80g\""},
+                                      {"pricing", "\"spot\""},    {"cards", "8"},
+                                      {"seconds", "60"},          {"migration", "false"}};
+static const kv storage_data[] = {
+    {"volume", "\"vol-1\""}, {"class", "\"ssd\""}, {"bytes", "1000000000"}, {"seconds", "3600"}};
+static const kv traffic_data[] = {{"resource", "\"i-0a1b\""},
+                                  {"direction", "\"egress\""},
+                                  {"scope", "\"internet\""},
+                                  {"bytes", "123456"}};
+static const kv tokens_data[] = {
+    {"model", "\"qwen-72b\""}, {"kind", "\"output\""}, {"tokens", "4096"}};
+
+typedef struct type_case {
+    const char *type;
+    const kv *data;
+    size_t n;
+} type_case;
+
+static const type_case types[] = {
+    {"accelerator.usage", accelerator_data, 6},
+    {"storage.usage", storage_data, 4},
+    {"traffic.usage", traffic_data, 4},
+    {"tokens.usage", tokens_data, 3},
+};
+
+static const kv attributes[] = {
+    {"specversion", "\"1.0\""},
+    {"id", "\"evt-000001\""},
+    {"source", "\"//hosts/cn-north-1/node-7\""},
+    {"type", NULL}, /* from the type case */
+    {"subject", "\"acct-1\""},
+    {"time", "\"2026-03-31T12:00:00Z\""},
+    {"data", NULL}, /* built from the type case */
+};
+
+static void put(tally_buf *b, const char *s)
+{
+    assert_int_equal(tally_buf_puts(b, s), TALLY_OK);
+}
+
+/* Appends an object of the pairs in base with key replaced by value (value
+ * NULL: key left out; key not in base: appended). */
+static void put_object(tally_buf *b, const kv *base, size_t n, const char *key, const char *value,
+                       const char *const *fill)
+{
+    bool seen = false;
+    put(b, "{");
+    for (size_t i = 0; i < n; i++) {
+        const char *v = base[i].value ? base[i].value : fill[i];
+        if (key && strcmp(base[i].key, key) == 0) {
+            seen = true;
+            if (!value)
+                continue;
+            v = value;
+        }
+        assert_int_equal(tally_buf_printf(b, "%s\"%s\":%s", b->data[b->len - 1] == '{' ? "" : ",",
+                                          base[i].key, v),
+                         TALLY_OK);
+    }
+    if (key && !seen && value)
+        assert_int_equal(
+            tally_buf_printf(b, "%s\"%s\":%s", b->data[b->len - 1] == '{' ? "" : ",", key, value),
+            TALLY_OK);
+    put(b, "}");
+}
+
+/* A message of type t with one attribute and one data field overridden. */
+static const char *message(int t, const char *akey, const char *aval, const char *dkey,
+                           const char *dval)
+{
+    static tally_buf out, data;
+    char type[64];
+    tally_buf_release(&out);
+    tally_buf_release(&data);
+    tally_buf_init(&out, 0);
+    tally_buf_init(&data, 0);
+    put_object(&data, types[t].data, types[t].n, dkey, dval, NULL);
+    snprintf(type, sizeof type, "\"%s\"", types[t].type);
+    const char *fill[] = {NULL, NULL, NULL, type, NULL, NULL, data.data};
+    put_object(&out, attributes, 7, akey, aval, fill);
+    return out.data;
+}
+
+/* Decodes a copy of m in a buffer of exactly its length, so the sanitizer
+ * catches any read past the end. */
+static tally_err decode_n(const char *m, size_t len, tally_event *ev, tally_reject *rej)
+{
+    char *copy = malloc(len ? len : 1);
+    assert_non_null(copy);
+    memcpy(copy, m, len);
+    memset(rej, 0, sizeof *rej);
+    tally_err err = tally_event_decode(copy, len, NOW_S, ev, rej);
+    free(copy);
+    return err;
+}
+
+static tally_err decode(const char *m, tally_event *ev, tally_reject *rej)
+{
+    return decode_n(m, strlen(m), ev, rej);
+}
+
+static void expect_ok(const char *m, tally_event *ev)
+{
+    tally_reject rej;
+    tally_err err = decode(m, ev, &rej);
+    if (err != TALLY_OK)
+        fail_msg("rejected %s (%s): %s", rej.reason, rej.detail, m);
+}
+
+static void expect_reject(const char *m, const char *reason)
+{
+    tally_event ev;
+    tally_reject rej;
+    tally_err err = decode(m, &ev, &rej);
+    if (err != TALLY_PARSE || strcmp(rej.reason, reason) != 0)
+        fail_msg("want %s, got %d %s (%s) for %s", reason, err, rej.reason, rej.detail, m);
+    assert_true(rej.detail[0] != '\0');
+}
+
+static char *repeat(char c, size_t n)
+{
+    static char buf[TALLY_EVENT_MAX_BYTES + 2];
+    assert_true(n < sizeof buf);
+    memset(buf, c, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Writes a JSON string of n bytes of c, quotes included, into dst. */
+static const char *quoted(char *dst, size_t cap, char c, size_t n)
+{
+    assert_true(n + 3 <= cap);
+    dst[0] = '"';
+    memset(dst + 1, c, n);
+    dst[n + 1] = '"';
+    dst[n + 2] = '\0';
+    return dst;
+}
+
+/* ---- Valid events ------------------------------------------------------------ */
+
+static void test_accelerator(void **state)
+{
+    tally_event ev;
+    expect_ok(message(0, NULL, NULL, NULL, NULL), &ev);
+    assert_int_equal(ev.meter, TALLY_METER_ACCELERATOR);
+    assert_int_equal(ev.pricing, TALLY_PRICING_SPOT);
+    assert_false(ev.migration);
+    assert_int_equal(ev.time_s, NOW_S - 12 * 3600);
+    assert_int_equal(ev.seconds, 60);
+    assert_int_equal(ev.weight, 8);
+    assert_string_equal(ev.id, "evt-000001");
+    assert_string_equal(ev.source, "//hosts/cn-north-1/node-7");
+    assert_string_equal(ev.account, "acct-1");
+    assert_string_equal(ev.resource, "i-0a1b");
+    assert_string_equal(ev.dim, "h100-80g");
+    assert_string_equal(ev.dim2, "");
+
+    expect_ok(message(0, NULL, NULL, "migration", "true"), &ev);
+    assert_true(ev.migration);
+    expect_ok(message(0, NULL, NULL, "pricing", "\"on_demand\""), &ev);
+    assert_int_equal(ev.pricing, TALLY_PRICING_ON_DEMAND);
+    expect_ok(message(0, NULL, NULL, "pricing", "\"reserved\""), &ev);
+    assert_int_equal(ev.pricing, TALLY_PRICING_RESERVED);
+}
+
+static void test_defaults(void **state)
+{
+    tally_event ev;
+    const char *m = "{\"specversion\":\"1.0\",\"id\":\"a\",\"source\":\"s\",\"type\":"
+                    "\"accelerator.usage\",\"subject\":\"acct\",\"time\":\"2026-03-01T00:00:00Z\","
+                    "\"data\":{\"instance\":\"i\",\"sku\":\"a100-40g\",\"pricing\":\"on_demand\"}}";
+    expect_ok(m, &ev);
+    assert_int_equal(ev.weight, 1);
+    assert_int_equal(ev.seconds, 1);
+    assert_false(ev.migration);
+
+    expect_ok(message(1, NULL, NULL, "seconds", NULL), &ev);
+    assert_int_equal(ev.meter, TALLY_METER_STORAGE);
+    assert_int_equal(ev.seconds, 1);
+    assert_int_equal(ev.weight, 1000000000);
+    assert_string_equal(ev.resource, "vol-1");
+    assert_string_equal(ev.dim, "ssd");
+    assert_int_equal(ev.pricing, TALLY_PRICING_NONE);
+}
+
+static void test_instants(void **state)
+{
+    tally_event ev;
+    expect_ok(message(2, NULL, NULL, NULL, NULL), &ev);
+    assert_int_equal(ev.meter, TALLY_METER_TRAFFIC);
+    assert_int_equal(ev.seconds, 0);
+    assert_int_equal(ev.weight, 123456);
+    assert_string_equal(ev.resource, "i-0a1b");
+    assert_string_equal(ev.dim, "internet");
+    assert_string_equal(ev.dim2, "egress");
+    assert_int_equal(ev.pricing, TALLY_PRICING_NONE);
+
+    expect_ok(message(3, NULL, NULL, "kind", "\"input\""), &ev);
+    assert_int_equal(ev.meter, TALLY_METER_TOKENS);
+    assert_int_equal(ev.seconds, 0);
+    assert_int_equal(ev.weight, 4096);
+    assert_string_equal(ev.resource, "qwen-72b");
+    assert_string_equal(ev.dim, "qwen-72b");
+    assert_string_equal(ev.dim2, "input");
+
+    expect_ok(message(2, NULL, NULL, "bytes", "0"), &ev); /* zero is a quantity too */
+    assert_int_equal(ev.weight, 0);
+}
+
+static void test_integer_strings(void **state)
+{
+    tally_event a, b;
+    expect_ok(message(0, NULL, NULL, "cards", "\"8\""), &a);
+    assert_int_equal(a.weight, 8);
+    expect_ok(message(0, NULL, NULL, NULL, NULL), &b);
+    assert_int_equal(a.fingerprint, b.fingerprint);
+    expect_ok(message(2, NULL, NULL, "bytes", "\"9223372036854775807\""), &a);
+    assert_int_equal(a.weight, INT64_MAX);
+    expect_ok(message(2, NULL, NULL, "bytes", "9223372036854775807"), &a);
+    assert_int_equal(a.weight, INT64_MAX);
+    expect_ok(message(3, NULL, NULL, "tokens", "\"0\""), &a);
+    assert_int_equal(a.weight, 0);
+    expect_ok(message(3, NULL, NULL, "tokens", "\"\\u0034\\u0032\""), &a); /* "42" escaped */
+    assert_int_equal(a.weight, 42);
+}
+
+static void test_time_offsets(void **state)
+{
+    static const struct {
+        const char *time;
+        int64_t utc_s;
+    } cases[] = {
+        {"\"2026-04-01T01:00:00+08:00\"", NOW_S - 7 * 3600},
+        {"\"2026-03-31T17:00:00Z\"", NOW_S - 7 * 3600},
+        {"\"2026-03-31T11:30:00-05:30\"", NOW_S - 7 * 3600},
+        {"\"2026-03-31T17:00:00.999999999Z\"", NOW_S - 7 * 3600},
+        {"\"2026-03-31t17:00:00.5z\"", NOW_S - 7 * 3600},
+        {"\"2026-03-31T17:00:00+00:00\"", NOW_S - 7 * 3600},
+        {"\"2026-03-31T17:00:00-00:00\"", NOW_S - 7 * 3600},
+        {"\"2026-04-01T00:05:00Z\"", NOW_S + 300}, /* exactly the allowed skew */
+        {"\"1970-01-01T00:00:00Z\"", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tally_event ev;
+        expect_ok(message(3, "time", cases[i].time, NULL, NULL), &ev);
+        assert_int_equal(ev.time_s, cases[i].utc_s);
+    }
+}
+
+/* ---- Identity ------------------------------------------------------------------ */
+
+static void test_fingerprint_reserialised(void **state)
+{
+    tally_event a, b;
+    expect_ok(message(0, NULL, NULL, NULL, NULL), &a);
+    const char *copies[] = {
+        "{ \"data\" : { \"migration\" : false, \"seconds\" : \"60\", \"cards\" : 8 ,"
+        "\"pricing\":\"spot\", \"sku\":\"h100-80g\", \"instance\":\"i-0a1b\", \"extra\": [1, {}]},"
+        "\r\n\t\"time\":\"2026-03-31T20:00:00+08:00\", \"subject\":\"acct-1\","
+        "\"type\":\"accelerator.usage\", \"source\":\"//other/source\", \"id\":\"another-id\","
+        "\"specversion\":\"1.0\", \"datacontenttype\":\"application/json\" }\n",
+        "{\"specversion\":\"1.0\",\"id\":\"x\",\"source\":\"y\",\"type\":\"accelerator.usage\","
+        "\"subject\":\"\\u0061cct-1\",\"time\":\"2026-03-31T12:00:00.750Z\",\"data\":{"
+        "\"instance\":\"i-0a1b\",\"sku\":\"h100\\u002d80g\",\"pricing\":\"spot\",\"cards\":"
+        "\"8\",\"seconds\":60}}",
+    };
+    for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) {
+        expect_ok(copies[i], &b);
+        assert_int_equal(a.fingerprint, b.fingerprint);
+        assert_memory_not_equal(a.key, b.key, sizeof a.key);
+    }
+}
+
+static void test_fingerprint_changes(void **state)
+{
+    static const struct {
+        int type;
+        const char *akey, *aval, *dkey, *dval;
+    } changes[] = {
+        {0, "subject", "\"acct-2\"", NULL, NULL},
+        {0, "time", "\"2026-03-31T12:00:01Z\"", NULL, NULL},
+        {0, NULL, NULL, "instance", "\"i-0a1c\""},
+        {0, NULL, NULL, "sku", "\"h100-80G\""},
+        {0, NULL, NULL, "pricing", "\"on_demand\""},
+        {0, NULL, NULL, "cards", "9"},
+        {0, NULL, NULL, "seconds", "61"},
+        {0, NULL, NULL, "migration", "true"},
+        {1, NULL, NULL, NULL, NULL},
+        {2, NULL, NULL, NULL, NULL},
+        {2, NULL, NULL, "direction", "\"ingress\""},
+        {3, NULL, NULL, NULL, NULL},
+        {3, NULL, NULL, "kind", "\"input\""},
+    };
+    uint64_t seen[sizeof changes / sizeof changes[0] + 1];
+    tally_event ev;
+    expect_ok(message(0, NULL, NULL, NULL, NULL), &ev);
+    seen[0] = ev.fingerprint;
+    for (size_t i = 0; i < sizeof changes / sizeof changes[0]; i++) {
+        expect_ok(message(changes[i].type, changes[i].akey, changes[i].aval, changes[i].dkey,
+                          changes[i].dval),
+                  &ev);
+        seen[i + 1] = ev.fingerprint;
+        for (size_t j = 0; j <= i; j++)
+            if (seen[j] == seen[i + 1])
+                fail_msg("change %zu has the fingerprint of case %zu", i, j);
+    }
+}
+
+static void test_key(void **state)
+{
+    tally_event a, b;
+    expect_ok(message(0, "id", "\"ab\"", NULL, NULL), &a);
+    expect_ok(message(0, "source", "\"x\"", NULL, NULL), &b);
+    assert_memory_not_equal(a.key, b.key, sizeof a.key);
+    /* ("ab", "c") and ("a", "bc") are different keys */
+    expect_ok("{\"specversion\":\"1.0\",\"source\":\"ab\",\"id\":\"c\",\"type\":\"tokens.usage\","
+              "\"subject\":\"s\",\"time\":\"2026-03-01T00:00:00Z\",\"data\":{\"model\":\"m\","
+              "\"kind\":\"input\",\"tokens\":1}}",
+              &a);
+    expect_ok("{\"specversion\":\"1.0\",\"source\":\"a\",\"id\":\"bc\",\"type\":\"tokens.usage\","
+              "\"subject\":\"s\",\"time\":\"2026-03-01T00:00:00Z\",\"data\":{\"model\":\"m\","
+              "\"kind\":\"input\",\"tokens\":1}}",
+              &b);
+    assert_memory_not_equal(a.key, b.key, sizeof a.key);
+    assert_int_equal(a.fingerprint, b.fingerprint);
+    /* the same (source, id) with other content: same key, other fingerprint */
+    expect_ok(message(0, NULL, NULL, "cards", "1"), &a);
+    expect_ok(message(0, NULL, NULL, "cards", "2"), &b);
+    assert_memory_equal(a.key, b.key, sizeof a.key);
+    assert_int_not_equal(a.fingerprint, b.fingerprint);
+}
+
+static int cmp_key(const void *x, const void *y)
+{
+    const uint64_t *a = x, *b = y;
+    if (a[0] != b[0])
+        return a[0] < b[0] ? -1 : 1;
+    return a[1] < b[1] ? -1 : a[1] > b[1];
+}
+
+static void test_key_unique(void **state)
+{
+    enum { N = 20000 };
+    uint64_t(*keys)[2] = calloc(N, sizeof *keys);
+    assert_non_null(keys);
+    for (int i = 0; i < N; i++) {
+        char m[512];
+        tally_event ev;
+        snprintf(m, sizeof m,
+                 "{\"specversion\":\"1.0\",\"source\":\"//node-%d\",\"id\":\"%d\",\"type\":"
+                 "\"tokens.usage\",\"subject\":\"s\",\"time\":\"2026-03-01T00:00:00Z\",\"data\":"
+                 "{\"model\":\"m\",\"kind\":\"input\",\"tokens\":1}}",
+                 i / 100, i % 100 + (i / 100 % 3) * 10);
+        expect_ok(m, &ev);
+        memcpy(keys[i], ev.key, sizeof ev.key);
+    }
+    qsort(keys, N, sizeof *keys, cmp_key);
+    for (int i = 1; i < N; i++)
+        assert_true(cmp_key(keys[i - 1], keys[i]) != 0);
+    free(keys);
+}
+
+/* ---- Bounds ---------------------------------------------------------------------- */
+
+static void test_string_bounds(void **state)
+{
+    static const struct {
+        int type;
+        bool attr;
+        const char *key;
+        size_t max;
+    } bounds[] = {
+        {0, true, "id", TALLY_ID_MAX - 1},        {0, true, "source", TALLY_ID_MAX - 1},
+        {0, true, "subject", TALLY_NAME_MAX - 1}, {0, false, "instance", TALLY_NAME_MAX - 1},
+        {0, false, "sku", TALLY_NAME_MAX - 1},    {1, false, "volume", TALLY_NAME_MAX - 1},
+        {1, false, "class", TALLY_NAME_MAX - 1},  {2, false, "resource", TALLY_NAME_MAX - 1},
+        {3, false, "model", TALLY_NAME_MAX - 1},
+    };
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+        char reason[64], ok[300], over[300];
+        tally_event ev;
+        quoted(ok, sizeof ok, 'x', bounds[i].max);
+        quoted(over, sizeof over, 'x', bounds[i].max + 1);
+        snprintf(reason, sizeof reason, "bad_field:%s", bounds[i].key);
+        int t = bounds[i].type;
+        const char *k = bounds[i].key;
+        expect_ok(bounds[i].attr ? message(t, k, ok, NULL, NULL) : message(t, NULL, NULL, k, ok),
+                  &ev);
+        expect_reject(bounds[i].attr ? message(t, k, over, NULL, NULL)
+                                     : message(t, NULL, NULL, k, over),
+                      reason);
+    }
+    /* length counts decoded bytes: 63 x "\u00e9" is 126 bytes, 64 is 128 */
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    put(&b, "\"");
+    for (int i = 0; i < 63; i++)
+        put(&b, "\\u00e9");
+    put(&b, "\"");
+    tally_event ev;
+    expect_ok(message(0, "id", b.data, NULL, NULL), &ev);
+    assert_int_equal(strlen(ev.id), 126);
+    b.len--;
+    put(&b, "\\u00e9\"");
+    expect_reject(message(0, "id", b.data, NULL, NULL), "bad_field:id");
+    tally_buf_release(&b);
+}
+
+static void test_message_size(void **state)
+{
+    tally_event ev;
+    tally_reject rej;
+    const char *base = message(2, NULL, NULL, NULL, NULL);
+    size_t pad = TALLY_EVENT_MAX_BYTES - strlen(base) - strlen(",\"pad\":\"\"");
+    char *m = malloc(TALLY_EVENT_MAX_BYTES + 2);
+    assert_non_null(m);
+    int n = snprintf(m, TALLY_EVENT_MAX_BYTES + 2, "%.*s,\"pad\":\"%s\"}", (int)strlen(base) - 1,
+                     base, repeat('p', pad));
+    assert_int_equal(n, TALLY_EVENT_MAX_BYTES);
+    assert_int_equal(decode(m, &ev, &rej), TALLY_OK);
+    n = snprintf(m, TALLY_EVENT_MAX_BYTES + 2, "%.*s,\"pad\":\"%s\"}", (int)strlen(base) - 1, base,
+                 repeat('p', pad + 1));
+    assert_int_equal(n, TALLY_EVENT_MAX_BYTES + 1);
+    assert_int_equal(decode(m, &ev, &rej), TALLY_TOO_LARGE);
+    assert_string_equal(rej.reason, "too_large");
+    free(m);
+}
+
+/* ---- Rejections ---------------------------------------------------------------- */
+
+typedef struct bad_case {
+    int type;
+    const char *akey, *aval, *dkey, *dval;
+    const char *reason;
+} bad_case;
+
+static const bad_case bad_attributes[] = {
+    {0, "specversion", NULL, NULL, NULL, "missing:specversion"},
+    {0, "specversion", "\"0.3\"", NULL, NULL, "bad_specversion"},
+    {0, "specversion", "1.0", NULL, NULL, "bad_specversion"},
+    {0, "specversion", "\"1.0 \"", NULL, NULL, "bad_specversion"},
+    {0, "type", NULL, NULL, NULL, "missing:type"},
+    {0, "type", "7", NULL, NULL, "bad_field:type"},
+    {0, "type", "\"gpu.usage\"", NULL, NULL, "unknown_type"},
+    {0, "type", "\"Accelerator.usage\"", NULL, NULL, "unknown_type"},
+    {0, "type", "\"accelerator.usage.but.with.a.long.tail\"", NULL, NULL, "unknown_type"},
+    {0, "type", "\"\"", NULL, NULL, "unknown_type"},
+    {0, "id", NULL, NULL, NULL, "missing:id"},
+    {0, "id", "42", NULL, NULL, "bad_field:id"},
+    {0, "id", "\"\"", NULL, NULL, "bad_field:id"},
+    {0, "id", "\"a\\u0000b\"", NULL, NULL, "bad_field:id"},
+    {0, "source", NULL, NULL, NULL, "missing:source"},
+    {0, "source", "null", NULL, NULL, "bad_field:source"},
+    {0, "subject", NULL, NULL, NULL, "missing:subject"},
+    {0, "subject", "\"acct\\n1\"", NULL, NULL, "bad_field:subject"},
+    {0, "subject", "[\"acct\"]", NULL, NULL, "bad_field:subject"},
+    {0, "time", NULL, NULL, NULL, "missing:time"},
+    {0, "time", "1774958400", NULL, NULL, "bad_time"},
+    {0, "time", "\"2026-02-29T00:00:00Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"2026-03-31 12:00:00Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"2026-03-31T12:00:00\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"2026-03-31T12:00:60Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"2026-03-31T12:00:00+24:00\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"2026-03-31T12:00:00.Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"2026-04-01T00:05:01Z\"", NULL, NULL, "future_time"},
+    {0, "time", "\"2026-04-01T08:05:01+08:00\"", NULL, NULL, "future_time"},
+    {0, "time", "\"9999-12-31T23:59:59Z\"", NULL, NULL, "future_time"},
+    {0, "data", NULL, NULL, NULL, "missing:data"},
+    {0, "data", "null", NULL, NULL, "bad_field:data"},
+    {0, "data", "[{}]", NULL, NULL, "bad_field:data"},
+    {0, "data", "{}", NULL, NULL, "missing:instance"},
+};
+
+static const bad_case bad_fields[] = {
+    {0, NULL, NULL, "instance", NULL, "missing:instance"},
+    {0, NULL, NULL, "instance", "\"\"", "bad_field:instance"},
+    {0, NULL, NULL, "sku", NULL, "missing:sku"},
+    {0, NULL, NULL, "sku", "5", "bad_field:sku"},
+    {0, NULL, NULL, "pricing", NULL, "missing:pricing"},
+    {0, NULL, NULL, "pricing", "\"ondemand\"", "bad_field:pricing"},
+    {0, NULL, NULL, "pricing", "\"\"", "bad_field:pricing"},
+    {0, NULL, NULL, "pricing", "\"spot-instance-pricing-x\"", "bad_field:pricing"},
+    {0, NULL, NULL, "cards", "0", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "-1", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "-0", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "1.5", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "1.0", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "1e2", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "\"+1\"", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "\"01\"", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "\" 1\"", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "\"\"", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "\"1.5\"", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "9223372036854775808", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "\"99999999999999999999\"", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "true", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "null", "bad_field:cards"},
+    {0, NULL, NULL, "seconds", "0", "bad_field:seconds"},
+    {0, NULL, NULL, "seconds", "3601", "bad_field:seconds"},
+    {0, NULL, NULL, "migration", "\"true\"", "bad_field:migration"},
+    {0, NULL, NULL, "migration", "1", "bad_field:migration"},
+    {1, NULL, NULL, "volume", NULL, "missing:volume"},
+    {1, NULL, NULL, "class", NULL, "missing:class"},
+    {1, NULL, NULL, "bytes", NULL, "missing:bytes"},
+    {1, NULL, NULL, "bytes", "-5", "bad_field:bytes"},
+    {1, NULL, NULL, "seconds", "86401", "bad_field:seconds"},
+    {2, NULL, NULL, "resource", NULL, "missing:resource"},
+    {2, NULL, NULL, "direction", NULL, "missing:direction"},
+    {2, NULL, NULL, "direction", "\"up\"", "bad_field:direction"},
+    {2, NULL, NULL, "scope", NULL, "missing:scope"},
+    {2, NULL, NULL, "scope", "\"external\"", "bad_field:scope"},
+    {2, NULL, NULL, "bytes", NULL, "missing:bytes"},
+    {2, NULL, NULL, "bytes", "{}", "bad_field:bytes"},
+    {3, NULL, NULL, "model", NULL, "missing:model"},
+    {3, NULL, NULL, "kind", NULL, "missing:kind"},
+    {3, NULL, NULL, "kind", "\"Input\"", "bad_field:kind"},
+    {3, NULL, NULL, "tokens", NULL, "missing:tokens"},
+    {3, NULL, NULL, "tokens", "\"x\"", "bad_field:tokens"},
+};
+
+static void run_bad(const bad_case *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        expect_reject(message(c[i].type, c[i].akey, c[i].aval, c[i].dkey, c[i].dval), c[i].reason);
+}
+
+static void test_bad_attributes(void **state)
+{
+    run_bad(bad_attributes, sizeof bad_attributes / sizeof bad_attributes[0]);
+}
+
+static void test_bad_fields(void **state)
+{
+    run_bad(bad_fields, sizeof bad_fields / sizeof bad_fields[0]);
+}
+
+static void test_unknown_ignored(void **state)
+{
+    tally_event ev;
+    expect_ok(message(0, "traceparent", "\"00-abc-01\"", "gpu_util", "[0.5, {\"x\": null}]"), &ev);
+    expect_ok(message(0, "data",
+                      "{\"instance\":\"i\",\"sku\":\"s\",\"pricing\":\"spot\","
+                      "\"tokens\":\"not a number\",\"kind\":7}",
+                      NULL, NULL),
+              &ev);
+    /* a field of another type is ignored, not interpreted */
+    assert_int_equal(ev.weight, 1);
+}
+
+#define BRACKETS "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+
+static void test_bad_json(void **state)
+{
+    const char *ok = message(0, NULL, NULL, NULL, NULL);
+    char m[1024];
+    const char *cases[] = {
+        "",
+        " ",
+        "[]",
+        "\"event\"",
+        "{",
+        "{\"specversion\":\"1.0\"",
+        "{\"specversion\":\"1.0\",}",
+        "{'specversion':'1.0'}",
+        "{\"specversion\":\"1.0\",\"id\":\"a\",\"id\":\"b\"}",
+        "{\"specversion\":\"1.0\",\"id\":\"a\",\"\\u0069d\":\"b\"}",
+        "{\"x\":1,\"y\":2,\"x\":3}",
+        "{\"data\":{\"sku\":\"a\",\"sku\":\"a\"}}",
+        "{\"data\":{\"u\":1,\"u\":1}}",
+        "{\"id\":\"a\x01\"}",
+        "{\"id\":\"a\\x\"}",
+        "{\"id\":\"\xc3\x28\"}",
+        "{\"id\":\"\xed\xa0\x80\"}",
+        "{\"id\":\"\\udc00\"}",
+        "{\"n\":01}",
+        "{\"n\":1.}",
+        "{\"n\":+1}",
+        "{\"n\":NaN}",
+        "{\"n\":True}",
+        "{\"n\":[1,]}",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_reject(cases[i], "bad_json");
+    snprintf(m, sizeof m, "%s x", ok); /* trailing garbage */
+    expect_reject(m, "bad_json");
+    snprintf(m, sizeof m, "%s%s", ok, ok); /* two documents */
+    expect_reject(m, "bad_json");
+    /* bad JSON wins over a missing attribute found before it */
+    snprintf(m, sizeof m, "{\"data\":{},\"x\":[}");
+    expect_reject(m, "bad_json");
+    tally_event ev;
+    tally_reject rej;
+    assert_int_equal(decode_n("{\"n\":1}\0", 8, &ev, &rej), TALLY_PARSE); /* NUL is not space */
+    assert_string_equal(rej.reason, "bad_json");
+    /* nesting: 32 levels of values are fine (the event, "deep", 30 arrays
+     * and the 1 inside them), 33 are not */
+    snprintf(m, sizeof m, "%.*s,\"deep\":%.30s1%.30s}", (int)strlen(ok) - 1, ok, BRACKETS,
+             BRACKETS + 40);
+    expect_ok(m, &ev);
+    snprintf(m, sizeof m, "%.*s,\"deep\":%.31s1%.31s}", (int)strlen(ok) - 1, ok, BRACKETS,
+             BRACKETS + 40);
+    expect_reject(m, "bad_json");
+}
+
+/* ---- Robustness ------------------------------------------------------------------ */
+
+static bool known_reason(const char *r)
+{
+    static const char *const exact[] = {"bad_json",     "too_large", "bad_specversion",
+                                        "unknown_type", "bad_time",  "future_time"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strcmp(r, exact[i]) == 0)
+            return true;
+    return (strncmp(r, "missing:", 8) == 0 && r[8]) || (strncmp(r, "bad_field:", 10) == 0 && r[10]);
+}
+
+static void test_truncations(void **state)
+{
+    for (int t = 0; t < 4; t++) {
+        const char *m = message(t, NULL, NULL, NULL, NULL);
+        size_t len = strlen(m);
+        for (size_t n = 0; n < len; n++) {
+            tally_event ev;
+            tally_reject rej;
+            assert_int_equal(decode_n(m, n, &ev, &rej), TALLY_PARSE);
+            assert_string_equal(rej.reason, "bad_json");
+        }
+    }
+}
+
+static void test_mutations(void **state)
+{
+    static const char alphabet[] = "{}[]\",:\\ 0123456789-+.eEtrufalsn\x00\x01\x7f\x80\xc3\xff";
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    char m[1024];
+    long ok = 0, rejected = 0;
+    for (int iter = 0; iter < 200000; iter++) {
+        const char *base = message(iter % 4, NULL, NULL, NULL, NULL);
+        size_t len = strlen(base);
+        memcpy(m, base, len);
+        int edits = 1 + iter % 4;
+        for (int e = 0; e < edits; e++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            size_t at = (size_t)(rng >> 8) % len;
+            char c = rng & 1 ? alphabet[(rng >> 40) % (sizeof alphabet - 1)] : (char)(rng >> 32);
+            switch ((rng >> 1) % 3) {
+            case 0: /* replace */
+                m[at] = c;
+                break;
+            case 1: /* insert */
+                if (len + 1 < sizeof m) {
+                    memmove(m + at + 1, m + at, len - at);
+                    m[at] = c;
+                    len++;
+                }
+                break;
+            default: /* delete */
+                if (len > 1) {
+                    memmove(m + at, m + at + 1, len - at - 1);
+                    len--;
+                }
+            }
+        }
+        tally_event ev;
+        tally_reject rej;
+        tally_err err = decode_n(m, len, &ev, &rej);
+        if (err == TALLY_OK) {
+            ok++;
+        } else {
+            assert_int_equal(err, TALLY_PARSE);
+            if (!known_reason(rej.reason))
+                fail_msg("unknown reason '%s'", rej.reason);
+            assert_true(rej.detail[0] != '\0');
+            rejected++;
+        }
+    }
+    assert_true(ok > 0 && rejected > 0);
+}
+
+/* ---- Times, names, hash ------------------------------------------------------------ */
+
+static void test_time_parse(void **state)
+{
+    static const struct {
+        const char *s;
+        int64_t t;
+    } good[] = {
+        {"1970-01-01T00:00:00Z", 0},
+        {"2000-02-29T00:00:00Z", 951782400},
+        {"2024-02-29T23:59:59Z", 1709251199},
+        {"0000-01-01T00:00:00Z", -62167219200LL},
+        {"9999-12-31T23:59:59Z", 253402300799LL},
+        {"0000-01-01T00:00:00+00:01", -62167219260LL},
+        {"1969-12-31T23:59:59.999Z", -1},
+        {"2026-03-01T20:00:00.250+08:00", 1772366400},
+        {"2026-03-01T12:00:00-23:59", 1772366400 + 86340},
+    };
+    static const char *const bad[] = {
+        "",
+        "2026-03-01",
+        "2026-03-01T12:00Z",
+        "2026-13-01T00:00:00Z",
+        "2026-00-01T00:00:00Z",
+        "2026-04-31T00:00:00Z",
+        "1900-02-29T00:00:00Z",
+        "2026-03-00T00:00:00Z",
+        "2026-03-01T24:00:00Z",
+        "2026-03-01T12:60:00Z",
+        "2026-03-01T12:00:60Z",
+        "2026-03-01T12:00:00+23:60",
+        "2026-03-01T12:00:00+0800",
+        "2026-03-01T12:00:00 Z",
+        "2026-03-01T12:00:00Zx",
+        "+2026-03-01T12:00:00Z",
+        "20260301T120000Z",
+        "2026-3-01T12:00:00Z",
+        "2026-03-01T12:00:00.+08:00",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int64_t t = 12345;
+        assert_int_equal(tally_time_parse(good[i].s, strlen(good[i].s), &t), TALLY_OK);
+        assert_int_equal(t, good[i].t);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t t;
+        if (tally_time_parse(bad[i], strlen(bad[i]), &t) != TALLY_PARSE)
+            fail_msg("accepted %s", bad[i]);
+    }
+    int64_t t;
+    assert_int_equal(tally_time_parse("2026-03-01T12:00:00Z", 19, &t), TALLY_PARSE);
+    assert_int_equal(tally_time_parse(NULL, 0, &t), TALLY_PARSE);
+}
+
+static void test_time_format(void **state)
+{
+    char buf[32];
+    assert_int_equal(tally_time_format(0, buf, sizeof buf), TALLY_OK);
+    assert_string_equal(buf, "1970-01-01T00:00:00Z");
+    assert_int_equal(tally_time_format(-1, buf, sizeof buf), TALLY_OK);
+    assert_string_equal(buf, "1969-12-31T23:59:59Z");
+    assert_int_equal(tally_time_format(253402300799LL, buf, sizeof buf), TALLY_OK);
+    assert_string_equal(buf, "9999-12-31T23:59:59Z");
+    assert_int_equal(tally_time_format(-62167219200LL, buf, sizeof buf), TALLY_OK);
+    assert_string_equal(buf, "0000-01-01T00:00:00Z");
+    assert_int_equal(tally_time_format(253402300800LL, buf, sizeof buf), TALLY_RANGE);
+    assert_int_equal(tally_time_format(-62167219201LL, buf, sizeof buf), TALLY_RANGE);
+    assert_int_equal(tally_time_format(INT64_MIN, buf, sizeof buf), TALLY_RANGE);
+    assert_int_equal(tally_time_format(0, buf, 20), TALLY_TOO_LARGE);
+    assert_int_equal(tally_time_format(0, buf, 21), TALLY_OK);
+    /* round trip over every day of years 0..9999, at varying times of day */
+    for (int64_t t = -62167219200LL; t <= 253402300799LL; t += 3 * 86400 + 3607) {
+        int64_t back;
+        assert_int_equal(tally_time_format(t, buf, sizeof buf), TALLY_OK);
+        assert_int_equal(tally_time_parse(buf, strlen(buf), &back), TALLY_OK);
+        assert_int_equal(back, t);
+    }
+}
+
+static void test_names(void **state)
+{
+    for (int m = 0; m < TALLY_METER_COUNT; m++) {
+        tally_meter back;
+        assert_int_equal(tally_meter_from_name(tally_meter_name((tally_meter)m), &back), TALLY_OK);
+        assert_int_equal(back, m);
+    }
+    for (int p = TALLY_PRICING_NONE; p <= TALLY_PRICING_RESERVED; p++) {
+        tally_pricing back;
+        assert_int_equal(tally_pricing_from_name(tally_pricing_name((tally_pricing)p), &back),
+                         TALLY_OK);
+        assert_int_equal(back, p);
+    }
+    assert_string_equal(tally_meter_name(TALLY_METER_TOKENS), "tokens");
+    assert_string_equal(tally_pricing_name(TALLY_PRICING_ON_DEMAND), "on_demand");
+    assert_string_equal(tally_pricing_name(TALLY_PRICING_NONE), "");
+    tally_meter m;
+    tally_pricing p;
+    assert_int_equal(tally_meter_from_name("gpu", &m), TALLY_NOT_FOUND);
+    assert_int_equal(tally_meter_from_name(NULL, &m), TALLY_NOT_FOUND);
+    assert_int_equal(tally_pricing_from_name("Spot", &p), TALLY_NOT_FOUND);
+    assert_string_equal(tally_meter_name((tally_meter)99), "");
+}
+
+static void test_hash_stable(void **state)
+{
+    /* Pinned values: keys and fingerprints are stored in ledgers, so these
+     * must never change. */
+    static const struct {
+        const char *in;
+        uint64_t seed, h0, h1;
+    } pinned[] = {
+        {"", 0, 0x5efc4e2039b26df4ull, 0xd5415677da617d61ull},
+        {"tally", 0, 0x512f86909d613a22ull, 0x2d9a041bd74b7976ull},
+        {"0123456789abcdef", 1, 0x9a2b29bdc333cc5dull, 0xefe5092f2ddd5d32ull},
+        {"the quick brown fox jumps over the lazy dog, twice over and then some", 42,
+         0x2b4800b5923ae2a1ull, 0x535acdef648e838dull},
+    };
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
+        uint64_t h[2];
+        tally_hash128(pinned[i].in, strlen(pinned[i].in), pinned[i].seed, h);
+        assert_int_equal(h[0], pinned[i].h0);
+        assert_int_equal(h[1], pinned[i].h1);
+    }
+}
+
+static void test_hash_avalanche(void **state)
+{
+    /* Flipping any one input bit flips close to half the output bits. */
+    static const size_t lens[] = {1, 7, 8, 15, 16, 17, 31, 64, 100, 270};
+    uint64_t rng = 12345;
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        unsigned char in[270];
+        size_t len = lens[l];
+        long flipped = 0, trials = 0;
+        for (int rep = 0; rep < 40; rep++) {
+            for (size_t i = 0; i < len; i++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                in[i] = (unsigned char)rng;
+            }
+            uint64_t a[2], b[2];
+            tally_hash128(in, len, 0, a);
+            for (size_t bit = 0; bit < len * 8; bit++) {
+                in[bit / 8] ^= (unsigned char)(1u << bit % 8);
+                tally_hash128(in, len, 0, b);
+                in[bit / 8] ^= (unsigned char)(1u << bit % 8);
+                flipped += __builtin_popcountll(a[0] ^ b[0]) + __builtin_popcountll(a[1] ^ b[1]);
+                trials++;
+            }
+        }
+        /* expected 64 of 128 bits per flip */
+        assert_true(flipped > trials * 62 && flipped < trials * 66);
+    }
+    uint64_t a[2], b[2];
+    tally_hash128("abc", 3, 0, a);
+    tally_hash128("abc", 3, 1, b);
+    assert_memory_not_equal(a, b, sizeof a);
+    tally_hash128("abc\0", 4, 0, b);
+    assert_memory_not_equal(a, b, sizeof a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accelerator),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_instants),
+        cmocka_unit_test(test_integer_strings),
+        cmocka_unit_test(test_time_offsets),
+        cmocka_unit_test(test_fingerprint_reserialised),
+        cmocka_unit_test(test_fingerprint_changes),
+        cmocka_unit_test(test_key),
+        cmocka_unit_test(test_key_unique),
+        cmocka_unit_test(test_string_bounds),
+        cmocka_unit_test(test_message_size),
+        cmocka_unit_test(test_bad_attributes),
+        cmocka_unit_test(test_bad_fields),
+        cmocka_unit_test(test_unknown_ignored),
+        cmocka_unit_test(test_bad_json),
+        cmocka_unit_test(test_truncations),
+        cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_time_parse),
+        cmocka_unit_test(test_time_format),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_hash_stable),
+        cmocka_unit_test(test_hash_avalanche),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
