@@ -1,9 +1,53 @@
-/* tally serve: placeholder until implemented. */
+/* tally serve --listen ADDR [--brokers B --topic T] [--timeout SECONDS]
+ *
+ * Serves the HTTP API until SIGINT or SIGTERM. The first line on stdout is
+ * the bound address ("127.0.0.1:41234"), so that scripts and tests can start
+ * it on port 0 and read where it listens. */
+#include <stdio.h>
+
 #include "cli.h"
+#include "tally/server.h"
 
 int cmd_serve(cli_ctx *ctx, int argc, char **argv)
 {
     if (cli_wants_help(ctx, argc, argv))
         return CLI_OK;
-    return cli_error(ctx, CLI_FAIL, "not implemented yet");
+    const char *listen = NULL, *brokers = NULL, *topic = NULL, *timeout = NULL;
+    const cli_opt opts[] = {{"listen", &listen, NULL},
+                            {"brokers", &brokers, NULL},
+                            {"topic", &topic, NULL},
+                            {"timeout", &timeout, NULL},
+                            {0}};
+    int npos = 0;
+    int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, &npos);
+    if (rc)
+        return rc;
+    if (!listen || (brokers == NULL) != (topic == NULL)) {
+        cli_usage(ctx, true);
+        return CLI_USAGE;
+    }
+    int64_t timeout_s = 0;
+    if (timeout && (rc = cli_parse_int(ctx, "--timeout", timeout, 1, 3600, &timeout_s)))
+        return rc;
+    tally_server_opts o = {
+        .db_path = ctx->db_path, .brokers = brokers, .topic = topic, .timeout_s = (int)timeout_s};
+    tally_server *s = NULL;
+    char why[256] = "", bound[128];
+    tally_err e = tally_server_create(&o, &s, why, sizeof why);
+    if (e == TALLY_OK)
+        e = tally_server_listen(s, listen, bound, sizeof bound, why, sizeof why);
+    if (e != TALLY_OK) {
+        rc = cli_error(ctx, e == TALLY_INVAL ? CLI_USAGE : CLI_FAIL, "%s",
+                       why[0] ? why : tally_err_str(e));
+        goto out;
+    }
+    printf("%s\n", bound);
+    fflush(stdout);
+    fprintf(stderr, "tally serve: listening on http://%s (%s)\n", bound,
+            brokers ? "events produced to Kafka" : "events ingested directly");
+    if (tally_server_run(s) != TALLY_OK)
+        rc = cli_error(ctx, CLI_FAIL, "event loop failed");
+out:
+    tally_server_destroy(s);
+    return rc;
 }

@@ -1,0 +1,115 @@
+/* The HTTP API (SPEC section 7) on libevent's evhttp, and its API keys.
+ *
+ * A tally_server owns one ledger connection and, when brokers are given, one
+ * idempotent Kafka producer. It runs a single-threaded event loop: requests
+ * are answered in order of arrival; events produced to Kafka are answered
+ * when their delivery reports arrive, without blocking other requests.
+ *
+ * Requests can also be handed to tally_server_handle() without a socket
+ * (tests, the fuzz target): routing, authentication, query and body
+ * validation and the handlers are the same code the socket path runs.
+ *
+ * API keys are "tly_" followed by 43 base64url characters (32 random bytes).
+ * Only their SHA-256 is stored (table api_keys); a presented key is hashed
+ * and compared in constant time. */
+#ifndef TALLY_SERVER_H
+#define TALLY_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tally/buf.h"
+#include "tally/err.h"
+#include "tally/ledger.h"
+
+#define TALLY_HTTP_MAX_BODY   ((size_t)1 << 20) /* larger bodies: 413 */
+#define TALLY_HTTP_MAX_EVENTS 1000              /* events per POST /v1/events */
+#define TALLY_APIKEY_LEN      47                /* "tly_" + 43 characters */
+
+typedef struct tally_server tally_server;
+
+typedef struct tally_server_opts {
+    const char *db_path; /* the ledger (required) */
+    const char *brokers; /* NULL: events go straight into the ledger */
+    const char *topic;   /* required with brokers */
+    int timeout_s;       /* read/write timeout of a connection; 0: 30 s */
+} tally_server_opts;
+
+/* Opens the ledger (applying migrations) and, with brokers, creates the
+ * producer. Borrows o's strings only during the call. On error *out is NULL
+ * and why holds a one-line reason.
+ * Errors: TALLY_INVAL (options), TALLY_DB, TALLY_IO, TALLY_KAFKA, TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_server_create(const tally_server_opts *o, tally_server **out,
+                                               char *why, size_t cap);
+
+/* Waits for Kafka deliveries still in flight (at most a few seconds), then
+ * frees everything. Accepts NULL. */
+void tally_server_destroy(tally_server *s);
+
+/* Binds the listening socket. listen is "HOST:PORT", ":PORT" (127.0.0.1)
+ * or "PORT"; port 0 picks a free one. The bound address ("127.0.0.1:41234")
+ * is written to bound. Errors: TALLY_INVAL (malformed address), TALLY_IO
+ * (cannot bind), TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_server_listen(tally_server *s, const char *listen, char *bound,
+                                               size_t cap, char *why, size_t why_cap);
+
+/* Serves until SIGINT or SIGTERM. Errors: TALLY_IO. */
+TALLY_MUST_CHECK tally_err tally_server_run(tally_server *s);
+
+/* ---- Requests without a socket ------------------------------------------- */
+
+typedef struct tally_http_request {
+    const char *method;        /* "GET", "POST", ... */
+    const char *uri;           /* request target: path and optional "?query" */
+    const char *authorization; /* the Authorization header, or NULL */
+    const char *body;          /* may hold any bytes; NULL when body_len is 0 */
+    size_t body_len;
+} tally_http_request;
+
+typedef struct tally_http_response {
+    int status;
+    const char *content_type; /* static string */
+    char allow[48];           /* the Allow header of a 405; else "" */
+    char request_id[40];      /* also sent as X-Request-Id */
+    tally_buf body;
+} tally_http_response;
+
+/* Called exactly once per request with the answer; resp is borrowed for the
+ * duration of the call. */
+typedef void (*tally_http_reply_fn)(void *arg, const tally_http_response *resp);
+
+/* Handles one request. The request is borrowed for the duration of the call.
+ * reply is called before this returns, except for events produced to Kafka,
+ * which are answered from the event loop once all deliveries are reported. */
+void tally_server_handle(tally_server *s, const tally_http_request *req, tally_http_reply_fn reply,
+                         void *arg);
+
+/* ---- API keys ------------------------------------------------------------ */
+
+/* Creates a key for one account (admin false, account not NULL) or an admin
+ * key (admin true, account NULL), writes the key (NUL-terminated; cap >=
+ * TALLY_APIKEY_LEN + 1) and its id. The key is not stored anywhere.
+ * Errors: TALLY_INVAL (bad account or combination), TALLY_CRYPTO (no
+ * randomness), TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_apikey_create(tally_ledger *l, const char *account, bool admin,
+                                               char *key, size_t cap, int64_t *id_out);
+
+/* Revokes a key. Revoking a revoked key is TALLY_EXISTS.
+ * Errors: TALLY_NOT_FOUND, TALLY_EXISTS, TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_apikey_revoke(tally_ledger *l, int64_t id);
+
+typedef struct tally_apikey_info {
+    int64_t id;
+    char account[TALLY_NAME_MAX]; /* "" for admin keys */
+    bool admin;
+    int64_t created_s;
+    int64_t revoked_s; /* 0: active */
+} tally_apikey_info;
+
+/* Calls fn for every key, oldest first (never the key itself: it is not
+ * stored). Stops at and returns fn's first error. Errors: TALLY_DB. */
+typedef tally_err (*tally_apikey_fn)(void *ctx, const tally_apikey_info *k);
+TALLY_MUST_CHECK tally_err tally_apikey_list(tally_ledger *l, tally_apikey_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,190 @@
+/* Admin endpoints: credit grants and spot prices. The router lets only admin
+ * keys reach these handlers. Amounts and prices are decimal strings parsed
+ * exactly; a JSON number is refused so that no client ever rounds money
+ * through a binary float on its way here. */
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "server_int.h"
+#include "tally/money.h"
+#include "tally/rating.h"
+
+/* A money field: present, and a JSON string (never a number). */
+static bool money_field(srv_call *c, json_object *o, const char *name, const char **out)
+{
+    json_object *v = NULL;
+    if (json_object_object_get_ex(o, name, &v) && v && !json_object_is_type(v, json_type_string)) {
+        srv_fail(c, 400, "bad_field",
+                 "field \"%s\" must be a decimal string such as \"10.00\", not a JSON number",
+                 name);
+        return false;
+    }
+    return srv_field_string(c, o, name, true, out);
+}
+
+static tally_err currency_row(void *ctx, int ncols, const char *const *cols)
+{
+    if (ncols >= 1 && cols[0])
+        snprintf(ctx, 4, "%s", cols[0]);
+    return TALLY_OK;
+}
+
+/* The currency a grant's amount is in: the one asked for, else the
+ * account's, else (a new account) the newest rate card's. */
+static bool grant_currency(srv_call *c, const char *account, const char *wanted,
+                           const tally_currency **out)
+{
+    char code[4] = "";
+    tally_account a;
+    tally_err e = TALLY_OK;
+    if (wanted)
+        snprintf(code, sizeof code, "%s", wanted);
+    else if ((e = tally_ledger_account_get(c->srv->ledger, account, &a)) == TALLY_OK)
+        snprintf(code, sizeof code, "%s", a.currency);
+    else if (e == TALLY_NOT_FOUND)
+        e = tally_ledger_query(c->srv->ledger,
+                               "SELECT currency FROM ratecards ORDER BY effective_from DESC "
+                               "LIMIT 1",
+                               NULL, 0, currency_row, code);
+    if (e != TALLY_OK) {
+        srv_fail_err(c, e, "reading the account");
+        return false;
+    }
+    *out = (wanted && strlen(wanted) != 3) ? NULL : tally_currency_find(code);
+    if (!*out) {
+        srv_fail(c, 400, "unknown_currency", "unknown currency \"%.16s\"",
+                 code[0] ? code : "(no rate card loaded)");
+        return false;
+    }
+    return true;
+}
+
+static const char *const grant_fields[] = {"amount",       "kind",       "currency", "priority",
+                                           "effective_at", "expires_at", "scope",    NULL};
+
+/* Reads and checks everything but the amount. */
+static bool grant_fields_read(srv_call *c, json_object *o, tally_grant_spec *g, const char **kind)
+{
+    int64_t prio = 50;
+    const char *why = NULL;
+    tally_scope scope;
+    g->effective_s = tally_now_s();
+    g->expires_s = TALLY_TIME_MAX;
+    g->scope = "";
+    if (!srv_field_string(c, o, "kind", true, kind) ||
+        !srv_field_string(c, o, "currency", false, &g->currency) ||
+        !srv_field_int(c, o, "priority", 0, 1000000, &prio) ||
+        !srv_field_time(c, o, "effective_at", false, &g->effective_s) ||
+        !srv_field_time(c, o, "expires_at", false, &g->expires_s) ||
+        !srv_field_string(c, o, "scope", false, &g->scope))
+        return false;
+    g->priority = (int)prio;
+    if (tally_grant_kind_from_name(*kind, &g->kind) != TALLY_OK) {
+        srv_fail(c, 400, "bad_field", "kind must be trial, coupon, prepaid, insurance or goodwill");
+        return false;
+    }
+    if (g->expires_s <= g->effective_s) {
+        srv_fail(c, 400, "bad_field", "expires_at must be after effective_at");
+        return false;
+    }
+    if (tally_scope_parse(g->scope, &scope, &why) != TALLY_OK) {
+        srv_fail(c, 400, "bad_field", "scope: %s", why ? why : "malformed");
+        return false;
+    }
+    return true;
+}
+
+static srv_outcome grant_answer(srv_call *c, const tally_grant_spec *g, int64_t id,
+                                const tally_currency *cur)
+{
+    char amount[48];
+    if (tally_amount_format(g->amount_minor, cur->minor_digits, amount, sizeof amount))
+        return srv_fail_nomem(c);
+    tally_buf *b = &c->resp.body;
+    tally_err e = tally_buf_printf(b, "{\"grant_id\":%lld,\"account\":", (long long)id);
+    if (!e)
+        e = tally_buf_json_str(b, g->account);
+    if (!e)
+        e = tally_buf_printf(b, ",\"kind\":\"%s\",\"amount\":\"%s\",\"currency\":\"%s\"}\n",
+                             tally_grant_kind_name(g->kind), amount, cur->code);
+    return e ? srv_fail_nomem(c) : srv_ok(c, 201, srv_type_json);
+}
+
+srv_outcome srv_h_credit_grant(srv_call *c)
+{
+    json_object *o = NULL;
+    tally_grant_spec g = {.account = c->params[0]};
+    const char *kind = NULL, *amount = NULL, *why = NULL;
+    const tally_currency *cur = NULL;
+    if (!srv_body_object(c, grant_fields, &o))
+        return SRV_ANSWERED;
+    if (!money_field(c, o, "amount", &amount) || !grant_fields_read(c, o, &g, &kind) ||
+        !grant_currency(c, g.account, g.currency, &cur))
+        goto out;
+    if (tally_amount_parse(amount, strlen(amount), cur->minor_digits, false, &g.amount_minor,
+                           &why) != TALLY_OK ||
+        g.amount_minor <= 0) {
+        srv_fail(c, 400, "bad_field", "amount: %s", why ? why : "must be greater than zero");
+        goto out;
+    }
+    char msg[256] = "";
+    int64_t id = 0;
+    tally_err e = tally_ledger_grant_add(c->srv->ledger, &g, &id, msg, sizeof msg);
+    if (e == TALLY_CURRENCY_MISMATCH || e == TALLY_INVAL || e == TALLY_PARSE)
+        srv_fail(c, e == TALLY_CURRENCY_MISMATCH ? 409 : 400,
+                 e == TALLY_CURRENCY_MISMATCH ? "currency_mismatch" : "bad_request", "%s",
+                 msg[0] ? msg : tally_err_str(e));
+    else if (e != TALLY_OK)
+        srv_fail_err(c, e, "granting the credit");
+    else
+        grant_answer(c, &g, id, cur);
+out:
+    json_object_put(o);
+    return SRV_ANSWERED;
+}
+
+static const char *const spot_fields[] = {"price", "from", NULL};
+
+srv_outcome srv_h_spot_set(srv_call *c)
+{
+    json_object *o = NULL;
+    const char *price = NULL, *why = NULL;
+    int64_t price_nano = 0, from_s = 0;
+    if (!srv_body_object(c, spot_fields, &o))
+        return SRV_ANSWERED;
+    if (!money_field(c, o, "price", &price) || !srv_field_time(c, o, "from", true, &from_s))
+        goto out;
+    if (tally_price_parse(price, strlen(price), false, &price_nano, &why) != TALLY_OK) {
+        srv_fail(c, 400, "bad_field", "price: %s", why ? why : "malformed");
+        goto out;
+    }
+    tally_err e = tally_ledger_spot_set(c->srv->ledger, c->params[0], price_nano, from_s);
+    if (e == TALLY_NOT_FOUND)
+        srv_fail(c, 404, "not_found", "unknown sku");
+    else if (e == TALLY_NO_PRICE)
+        srv_fail(c, 409, "no_spot_pricing", "this sku has no spot pricing");
+    else if (e != TALLY_OK)
+        srv_fail_err(c, e, "setting the spot price");
+    else {
+        char text[48], from[32];
+        tally_buf *b = &c->resp.body;
+        e = tally_price_format(price_nano, 2, text, sizeof text);
+        if (!e)
+            e = tally_time_format(from_s, from, sizeof from);
+        if (!e)
+            e = tally_buf_puts(b, "{\"sku\":");
+        if (!e)
+            e = tally_buf_json_str(b, c->params[0]);
+        if (!e)
+            e = tally_buf_printf(b, ",\"price\":\"%s\",\"from\":\"%s\"}\n", text, from);
+        if (e)
+            srv_fail_nomem(c);
+        else
+            srv_ok(c, 200, srv_type_json);
+    }
+out:
+    json_object_put(o);
+    return SRV_ANSWERED;
+}

@@ -1,0 +1,216 @@
+/* GET /healthz and GET /metrics (Prometheus text format 0.0.4).
+ *
+ * Both are public: they carry no tenant data (no account ids, only totals
+ * and quarantine reasons). Quarantine counts come from the ledger, counted
+ * incrementally by row id so a scrape reads only rows added since the last
+ * one. Times are integer microseconds written as decimal seconds; nothing
+ * here uses floating point. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server_int.h"
+
+static const char type_prometheus[] = "text/plain; version=0.0.4; charset=utf-8";
+
+/* Upper bounds of the latency buckets in microseconds; the last is +Inf. */
+static const int64_t bucket_us[SRV_LATENCY_BUCKETS] = {500,     1000,    2500,    5000,     10000,
+                                                       25000,   50000,   100000,  250000,   500000,
+                                                       1000000, 2500000, 5000000, INT64_MAX};
+
+#define MAX_REASONS 256
+
+int64_t srv_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void srv_histogram_observe(srv_histogram *h, int64_t us)
+{
+    size_t i = 0;
+    while (i + 1 < SRV_LATENCY_BUCKETS && us > bucket_us[i])
+        i++;
+    h->count[i]++;
+    h->n++;
+    h->sum_us += us;
+}
+
+void srv_metrics_release(srv_metrics *m)
+{
+    free(m->reasons);
+    *m = (srv_metrics){0};
+}
+
+/* "0.0025" for 2500 us: seconds with trailing zeros dropped. */
+static void seconds_text(int64_t us, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%lld.%06lld", (long long)(us / 1000000), (long long)(us % 1000000));
+    while (n > 2 && out[n - 1] == '0' && out[n - 2] != '.')
+        out[--n] = '\0';
+}
+
+/* The slot counting reason; past MAX_REASONS - 1 distinct reasons the rest
+ * share one slot named "other". NULL when out of memory. */
+static srv_reason_count *reason_slot(srv_metrics *m, const char *reason)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < m->n_reasons; i++)
+            if (strcmp(m->reasons[i].reason, reason) == 0)
+                return &m->reasons[i];
+        if (m->n_reasons < MAX_REASONS - 1 || pass == 1)
+            break;
+        reason = "other";
+    }
+    srv_reason_count *v = realloc(m->reasons, (m->n_reasons + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    m->reasons = v;
+    v += m->n_reasons++;
+    snprintf(v->reason, sizeof v->reason, "%s", reason);
+    v->n = 0;
+    return v;
+}
+
+static tally_err reason_row(void *ctx, int ncols, const char *const *cols)
+{
+    srv_metrics *m = ctx;
+    if (ncols < 3 || !cols[0] || !cols[1] || !cols[2])
+        return TALLY_DB;
+    srv_reason_count *slot = reason_slot(m, cols[0]);
+    if (!slot)
+        return TALLY_NOMEM;
+    slot->n += strtoll(cols[1], NULL, 10);
+    int64_t max_id = strtoll(cols[2], NULL, 10);
+    if (max_id > m->reasons_after_id)
+        m->reasons_after_id = max_id;
+    return TALLY_OK;
+}
+
+static tally_err refresh_reasons(tally_server *s)
+{
+    char after[24];
+    snprintf(after, sizeof after, "%lld", (long long)s->metrics.reasons_after_id);
+    const char *params[] = {after};
+    return tally_ledger_query(s->ledger,
+                              "SELECT reason, count(*), max(id) FROM quarantine WHERE id > ?1 "
+                              "GROUP BY reason",
+                              params, 1, reason_row, &s->metrics);
+}
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static tally_err label(tally_buf *b, const char *v)
+{
+    tally_err e = TALLY_OK;
+    for (; *v && !e; v++)
+        e = *v == '\\'   ? tally_buf_puts(b, "\\\\")
+            : *v == '"'  ? tally_buf_puts(b, "\\\"")
+            : *v == '\n' ? tally_buf_puts(b, "\\n")
+                         : tally_buf_append(b, v, 1);
+    return e;
+}
+
+static tally_err write_http(tally_buf *b, const srv_metrics *m)
+{
+    tally_err e = tally_buf_puts(b, "# HELP tally_http_responses_total HTTP responses sent, by "
+                                    "status class.\n# TYPE tally_http_responses_total counter\n");
+    for (int cls = 1; cls <= 5 && !e; cls++)
+        e = tally_buf_printf(b, "tally_http_responses_total{class=\"%dxx\"} %lld\n", cls,
+                             (long long)m->responses[cls]);
+    if (!e)
+        e = tally_buf_puts(b, "# HELP tally_http_events_total Events received over HTTP, by "
+                              "result.\n# TYPE tally_http_events_total counter\n");
+    for (int st = 0; st < SRV_EV_PENDING && !e; st++)
+        e = tally_buf_printf(b, "tally_http_events_total{result=\"%s\"} %lld\n",
+                             srv_event_status_name((srv_event_status)st), (long long)m->events[st]);
+    return e;
+}
+
+static tally_err write_histogram(tally_buf *b, const srv_histogram *h)
+{
+    char le[32];
+    int64_t cum = 0;
+    tally_err e = tally_buf_puts(b, "# HELP tally_batch_commit_seconds Latency of this server's "
+                                    "ingest commits.\n# TYPE tally_batch_commit_seconds "
+                                    "histogram\n");
+    for (size_t i = 0; i < SRV_LATENCY_BUCKETS && !e; i++) {
+        cum += h->count[i];
+        if (bucket_us[i] == INT64_MAX)
+            snprintf(le, sizeof le, "+Inf");
+        else
+            seconds_text(bucket_us[i], le, sizeof le);
+        e = tally_buf_printf(b, "tally_batch_commit_seconds_bucket{le=\"%s\"} %lld\n", le,
+                             (long long)cum);
+    }
+    seconds_text(h->sum_us, le, sizeof le);
+    if (!e)
+        e = tally_buf_printf(b,
+                             "tally_batch_commit_seconds_sum %s\n"
+                             "tally_batch_commit_seconds_count %lld\n",
+                             le, (long long)h->n);
+    return e;
+}
+
+static tally_err write_ledger(tally_buf *b, tally_server *s)
+{
+    tally_ledger_counts counts;
+    tally_err e = tally_ledger_counts_get(s->ledger, &counts);
+    if (!e)
+        e = refresh_reasons(s);
+    if (!e)
+        e = tally_buf_printf(b,
+                             "# HELP tally_ledger_events Distinct events stored in the ledger "
+                             "(all inputs).\n# TYPE tally_ledger_events gauge\n"
+                             "tally_ledger_events %lld\n"
+                             "# HELP tally_ledger_quarantined_total Quarantined messages in the "
+                             "ledger, by reason.\n# TYPE tally_ledger_quarantined_total counter\n",
+                             (long long)counts.dedupe_keys);
+    for (size_t i = 0; i < s->metrics.n_reasons && !e; i++) {
+        e = tally_buf_puts(b, "tally_ledger_quarantined_total{reason=\"");
+        if (!e)
+            e = label(b, s->metrics.reasons[i].reason);
+        if (!e)
+            e = tally_buf_printf(b, "\"} %lld\n", (long long)s->metrics.reasons[i].n);
+    }
+    return e;
+}
+
+srv_outcome srv_h_metrics(srv_call *c)
+{
+    tally_buf *b = &c->resp.body;
+    tally_server *s = c->srv;
+    tally_err e = write_http(b, &s->metrics);
+    if (!e)
+        e = write_histogram(b, &s->metrics.commit);
+    if (!e)
+        e = write_ledger(b, s);
+    if (!e && s->kafka)
+        e = srv_kafka_lag(s->kafka, s->ledger, s->topic, b);
+    else if (!e)
+        e = tally_buf_puts(b, "# tally_consumer_lag: not reported; this server was started "
+                              "without --brokers\n");
+    if (e != TALLY_OK)
+        return srv_fail_err(c, e, "metrics");
+    return srv_ok(c, 200, type_prometheus);
+}
+
+static tally_err health_row(void *ctx, int ncols, const char *const *cols)
+{
+    *(bool *)ctx = ncols >= 1 && cols[0] != NULL;
+    return TALLY_OK;
+}
+
+srv_outcome srv_h_healthz(srv_call *c)
+{
+    bool answered = false;
+    /* Reads a real table, so a missing or unreadable file is noticed. */
+    tally_err e = tally_ledger_query(c->srv->ledger, "SELECT count(*) FROM api_keys", NULL, 0,
+                                     health_row, &answered);
+    if (e != TALLY_OK || !answered)
+        return srv_fail(c, 503, "unavailable", "the ledger does not answer");
+    if (tally_buf_puts(&c->resp.body, "{\"status\":\"ok\"}\n") != TALLY_OK)
+        return srv_fail_nomem(c);
+    return srv_ok(c, 200, srv_type_json);
+}

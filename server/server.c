@@ -1,0 +1,247 @@
+/* The evhttp side of the server: creation, binding, the event loop, and the
+ * translation between evhttp requests and tally_http_request/response.
+ *
+ * evhttp enforces the transport limits: bodies over TALLY_HTTP_MAX_BODY
+ * (413), oversized headers, malformed requests (400) and the read/write
+ * timeout that drops slow and idle clients. When evhttp rejects a request it
+ * still calls our handler, with no URI; we answer with a JSON error body. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "server_int.h"
+
+#define DEFAULT_TIMEOUT_S 30
+#define MAX_HEADERS_BYTES (16 * 1024)
+
+static const struct {
+    enum evhttp_cmd_type cmd;
+    const char *name;
+} methods[] = {
+    {EVHTTP_REQ_GET, "GET"},     {EVHTTP_REQ_POST, "POST"},     {EVHTTP_REQ_HEAD, "HEAD"},
+    {EVHTTP_REQ_PUT, "PUT"},     {EVHTTP_REQ_DELETE, "DELETE"}, {EVHTTP_REQ_OPTIONS, "OPTIONS"},
+    {EVHTTP_REQ_PATCH, "PATCH"},
+};
+
+static const char *method_name(enum evhttp_cmd_type cmd)
+{
+    for (size_t i = 0; i < sizeof methods / sizeof *methods; i++)
+        if (methods[i].cmd == cmd)
+            return methods[i].name;
+    return "";
+}
+
+static void send_reply(void *arg, const tally_http_response *resp)
+{
+    struct evhttp_request *req = arg;
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    struct evbuffer *body = evbuffer_new();
+    evhttp_add_header(h, "Content-Type", resp->content_type);
+    evhttp_add_header(h, "Cache-Control", "no-store");
+    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    if (resp->request_id[0])
+        evhttp_add_header(h, "X-Request-Id", resp->request_id);
+    if (resp->allow[0])
+        evhttp_add_header(h, "Allow", resp->allow);
+    if (resp->status == 401)
+        evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"tally\"");
+    if (body && resp->body.len)
+        evbuffer_add(body, resp->body.data, resp->body.len);
+    evhttp_send_reply(req, resp->status, NULL, body);
+    if (body)
+        evbuffer_free(body);
+}
+
+/* evhttp refused the request (too large, malformed): answer in JSON. */
+static void transport_error(struct evhttp_request *req)
+{
+    int code = evhttp_request_get_response_code(req);
+    bool too_large = code == HTTP_ENTITYTOOLARGE;
+    tally_http_response r = {.status = too_large ? 413 : 400, .content_type = srv_type_json};
+    tally_buf_init(&r.body, 0);
+    tally_err e = tally_buf_printf(&r.body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n",
+                                   too_large ? "too_large" : "bad_request",
+                                   too_large ? "request body over 1 MiB" : "malformed request");
+    if (e != TALLY_OK)
+        tally_buf_reset(&r.body);
+    send_reply(req, &r);
+    tally_buf_release(&r.body);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    tally_server *s = arg;
+    if (!evhttp_request_get_uri(req)) {
+        s->metrics.responses[4]++;
+        transport_error(req);
+        return;
+    }
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    tally_http_request r = {
+        .method = method_name(evhttp_request_get_command(req)),
+        .uri = evhttp_request_get_uri(req),
+        .authorization = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"),
+        .body = len ? (const char *)evbuffer_pullup(in, -1) : NULL,
+        .body_len = len,
+    };
+    if (len && !r.body) { /* could not make the body contiguous */
+        tally_http_response oom = {.status = 503, .content_type = srv_type_json};
+        tally_buf_init(&oom.body, 0);
+        send_reply(req, &oom);
+        return;
+    }
+    tally_server_handle(s, &r, send_reply, req);
+}
+
+tally_err tally_server_create(const tally_server_opts *o, tally_server **out, char *why, size_t cap)
+{
+    *out = NULL;
+    if (!o->db_path || (o->brokers == NULL) != (o->topic == NULL)) {
+        snprintf(why, cap, "a ledger is required, and --brokers and --topic go together");
+        return TALLY_INVAL;
+    }
+    tally_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(why, cap, "out of memory");
+        return TALLY_NOMEM;
+    }
+    s->timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S;
+    tally_err e = tally_ledger_open(o->db_path, &s->ledger, why, cap);
+    if (!e && (e = srv_request_prefix(s->id_prefix)) != TALLY_OK)
+        snprintf(why, cap, "no randomness for request ids");
+    if (!e && o->brokers) {
+        s->topic = strdup(o->topic);
+        e = s->topic ? srv_kafka_create(o->brokers, &s->kafka, why, cap) : TALLY_NOMEM;
+    }
+    if (e) {
+        tally_server_destroy(s);
+        return e;
+    }
+    *out = s;
+    return TALLY_OK;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    event_base_loopbreak(arg);
+}
+
+/* The event base, evhttp and signal events, made on first listen. */
+static tally_err make_loop(tally_server *s)
+{
+    if (s->base)
+        return TALLY_OK;
+    s->base = event_base_new();
+    s->http = s->base ? evhttp_new(s->base) : NULL;
+    if (!s->http)
+        return TALLY_NOMEM;
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)TALLY_HTTP_MAX_BODY);
+    evhttp_set_max_headers_size(s->http, MAX_HEADERS_BYTES);
+    evhttp_set_timeout(s->http, s->timeout_s);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    /* Read what is left of a too-large body before answering 413, so the
+     * client sees the answer instead of a reset connection. */
+    evhttp_set_flags(s->http, EVHTTP_SERVER_LINGERING_CLOSE);
+    evhttp_set_gencb(s->http, on_request, s);
+    s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s->base);
+    s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s->base);
+    if (!s->sig_int || !s->sig_term || event_add(s->sig_int, NULL) || event_add(s->sig_term, NULL))
+        return TALLY_IO;
+    if (s->kafka && srv_kafka_attach(s->kafka, s->base) != TALLY_OK)
+        return TALLY_IO;
+    return TALLY_OK;
+}
+
+/* Splits "HOST:PORT", ":PORT" or "PORT"; host defaults to 127.0.0.1. */
+static bool split_listen(const char *listen, char *host, size_t cap, uint16_t *port)
+{
+    const char *colon = strrchr(listen, ':');
+    const char *p = colon ? colon + 1 : listen;
+    char *end = NULL;
+    long v = strtol(p, &end, 10);
+    if (!*p || *end || v < 0 || v > 65535 || p[0] == '-' || p[0] == '+' || p[0] == ' ')
+        return false;
+    size_t hlen = colon ? (size_t)(colon - listen) : 0;
+    if (hlen >= cap)
+        return false;
+    snprintf(host, cap, "%.*s", (int)hlen, hlen ? listen : "127.0.0.1");
+    *port = (uint16_t)v;
+    return true;
+}
+
+tally_err tally_server_listen(tally_server *s, const char *listen, char *bound, size_t cap,
+                              char *why, size_t why_cap)
+{
+    char host[256];
+    uint16_t port;
+    if (!split_listen(listen, host, sizeof host, &port)) {
+        snprintf(why, why_cap, "listen address '%s' is not HOST:PORT", listen);
+        return TALLY_INVAL;
+    }
+    if (make_loop(s) != TALLY_OK) {
+        snprintf(why, why_cap, "cannot set up the event loop");
+        return TALLY_NOMEM;
+    }
+    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(s->http, host, port);
+    if (!bs) {
+        snprintf(why, why_cap, "cannot listen on %s:%u", host, (unsigned)port);
+        return TALLY_IO;
+    }
+    struct sockaddr_storage ss = {.ss_family = AF_INET};
+    socklen_t sl = sizeof ss;
+    char addr[INET6_ADDRSTRLEN] = "?";
+    unsigned bound_port = port;
+    if (getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a->sin_addr, addr, sizeof addr);
+            bound_port = ntohs(a->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, addr, sizeof addr);
+            bound_port = ntohs(a->sin6_port);
+        }
+    }
+    snprintf(bound, cap, ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", addr, bound_port);
+    return TALLY_OK;
+}
+
+tally_err tally_server_run(tally_server *s)
+{
+    if (!s->base)
+        return TALLY_INVAL;
+    signal(SIGPIPE, SIG_IGN);
+    return event_base_dispatch(s->base) < 0 ? TALLY_IO : TALLY_OK;
+}
+
+void tally_server_destroy(tally_server *s)
+{
+    if (!s)
+        return;
+    srv_kafka_destroy(s->kafka); /* answers requests still waiting, through evhttp */
+    if (s->http)
+        evhttp_free(s->http);
+    if (s->sig_int)
+        event_free(s->sig_int);
+    if (s->sig_term)
+        event_free(s->sig_term);
+    if (s->base)
+        event_base_free(s->base);
+    tally_ledger_close(s->ledger);
+    srv_keyring_release(&s->keys);
+    srv_metrics_release(&s->metrics);
+    free(s->topic);
+    free(s);
+}

@@ -1,0 +1,311 @@
+/* Internal to the HTTP server: the server's body, one call's state, the
+ * route table's types and the helpers shared by the handler files.
+ *
+ * A request flows: tally_server_handle (router.c) -> route match (404/405)
+ * -> authentication (401/403, auth.c) -> account scope (404) -> handler.
+ * Handlers fill c->resp and return SRV_ANSWERED, or hand the call to the
+ * Kafka producer and return SRV_DEFERRED (the producer answers later with
+ * srv_finish). */
+#ifndef TALLY_SERVER_INT_H
+#define TALLY_SERVER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tally/event.h"
+#include "tally/ledger.h"
+#include "tally/server.h"
+
+/* ---- Metrics (metrics.c) -------------------------------------------------- */
+
+#define SRV_LATENCY_BUCKETS 14
+
+typedef struct srv_histogram {
+    int64_t count[SRV_LATENCY_BUCKETS]; /* per bucket, not cumulative */
+    int64_t n, sum_us;
+} srv_histogram;
+
+typedef struct srv_reason_count {
+    char reason[48];
+    int64_t n;
+} srv_reason_count;
+
+typedef struct srv_metrics {
+    int64_t responses[6];      /* by status class: [1] 1xx ... [5] 5xx */
+    int64_t events[8];         /* by srv_event_status */
+    srv_histogram commit;      /* this server's ingest commits */
+    srv_reason_count *reasons; /* quarantine counts by reason, ledger-wide */
+    size_t n_reasons;
+    int64_t reasons_after_id; /* quarantine rows counted so far end here */
+} srv_metrics;
+
+void srv_metrics_release(srv_metrics *m);
+void srv_histogram_observe(srv_histogram *h, int64_t us);
+/* Microseconds from a monotonic clock. */
+int64_t srv_now_us(void);
+
+/* ---- API keys (auth.c) ---------------------------------------------------- */
+
+typedef struct srv_principal {
+    int64_t key_id;
+    bool admin;
+    char account[TALLY_NAME_MAX]; /* "" for admin keys */
+} srv_principal;
+
+typedef struct srv_key {
+    unsigned char hash[32];
+    int64_t id;
+    bool admin;
+    char account[TALLY_NAME_MAX];
+} srv_key;
+
+/* The active keys, sorted by hash, reloaded when another connection commits
+ * (PRAGMA data_version moves). */
+typedef struct srv_keyring {
+    srv_key *keys;
+    size_t n;
+    int64_t data_version;
+    bool loaded;
+} srv_keyring;
+
+void srv_keyring_release(srv_keyring *k);
+
+typedef enum srv_auth_result {
+    SRV_AUTH_OK = 0,
+    SRV_AUTH_MISSING,   /* no Authorization header */
+    SRV_AUTH_MALFORMED, /* not "Bearer tly_..." */
+    SRV_AUTH_UNKNOWN,   /* no active key with this hash (unknown or revoked) */
+    SRV_AUTH_ERROR,     /* the ledger could not be read */
+} srv_auth_result;
+
+/* Checks an Authorization header value against the active keys. */
+srv_auth_result srv_authenticate(tally_ledger *l, srv_keyring *k, const char *header,
+                                 srv_principal *who);
+
+/* SHA-256 of a key's text. */
+void srv_key_hash(const char *key, size_t len, unsigned char out[32]);
+
+/* ---- The server ----------------------------------------------------------- */
+
+typedef struct srv_kafka srv_kafka;
+
+struct tally_server {
+    tally_ledger *ledger;
+    char *topic; /* with brokers */
+    srv_kafka *kafka;
+    int timeout_s;
+    char id_prefix[17]; /* random per process: request ids stay unique across restarts */
+    uint64_t next_request;
+    srv_keyring keys;
+    srv_metrics metrics;
+    /* evhttp plumbing (server.c) */
+    struct event_base *base;
+    struct evhttp *http;
+    struct event *sig_int, *sig_term;
+};
+
+/* ---- One call ------------------------------------------------------------- */
+
+#define SRV_MAX_PARAMS 2
+#define SRV_PARAM_MAX  160
+
+typedef struct srv_call {
+    tally_server *srv;
+    const tally_http_request *req; /* borrowed: valid only until the handler returns */
+    tally_http_response resp;
+    tally_http_reply_fn reply;
+    void *reply_arg;
+    srv_principal who;
+    char params[SRV_MAX_PARAMS][SRV_PARAM_MAX]; /* decoded path parameters */
+    size_t n_params;
+    const char *query; /* raw query (after '?'), or NULL */
+    size_t query_len;
+} srv_call;
+
+/* SRV_ANSWERED: c->resp holds the answer; the router sends it and frees c.
+ * SRV_DEFERRED: the handler took the call over; it has called or will call
+ * srv_finish itself (events produced to Kafka answer from delivery reports). */
+typedef enum srv_outcome { SRV_ANSWERED = 0, SRV_DEFERRED = 1 } srv_outcome;
+
+typedef enum srv_auth_level {
+    SRV_PUBLIC = 0, /* no key */
+    SRV_ANY_KEY,    /* account or admin key; {account} in the path is scoped */
+    SRV_ADMIN,      /* admin keys only (403 for account keys) */
+} srv_auth_level;
+
+typedef srv_outcome (*srv_handler)(srv_call *c);
+
+typedef struct srv_route {
+    const char *method;
+    const char *pattern; /* "/v1/accounts/{account}/usage": {name} matches one segment */
+    srv_handler handler;
+    srv_auth_level auth;
+} srv_route;
+
+/* Answers the call (c->resp) and frees it. */
+void srv_finish(srv_call *c);
+/* 16 random hex digits that prefix this process's request ids.
+ * Errors: TALLY_CRYPTO. */
+TALLY_MUST_CHECK tally_err srv_request_prefix(char out[17]);
+
+/* ---- Routing and parsing helpers (route.c, query.c) ----------------------- */
+
+typedef enum srv_match {
+    SRV_MATCH_OK = 0,
+    SRV_MATCH_NO_ROUTE,  /* 404 */
+    SRV_MATCH_NO_METHOD, /* 405; allow filled */
+    SRV_MATCH_BAD_PATH,  /* 400: bad percent-escape, NUL, over-long segment */
+} srv_match;
+
+/* Finds the route for method and path (path without the query). On
+ * SRV_MATCH_OK *route is set and params hold the decoded {name} segments in
+ * order; on SRV_MATCH_NO_METHOD allow lists the path's methods ("GET, PUT"). */
+srv_match srv_route_match(const srv_route *table, size_t n, const char *method, const char *path,
+                          size_t path_len, const srv_route **route,
+                          char params[SRV_MAX_PARAMS][SRV_PARAM_MAX], size_t *n_params, char *allow,
+                          size_t allow_cap);
+
+/* The server's route table. */
+extern const srv_route srv_routes[];
+extern const size_t srv_n_routes;
+
+/* Percent-decodes len bytes of s into out (NUL-terminated); plus_is_space for
+ * query strings. Rejects malformed escapes, NUL and other control bytes.
+ * Errors: TALLY_PARSE, TALLY_TOO_LARGE (does not fit in cap). */
+TALLY_MUST_CHECK tally_err srv_pct_decode(const char *s, size_t len, bool plus_is_space, char *out,
+                                          size_t cap);
+
+/* One expected query parameter; value is decoded into buf. */
+typedef struct srv_qparam {
+    const char *name;
+    char *buf;
+    size_t cap;
+    bool seen;
+} srv_qparam;
+
+/* Parses a query string ("a=1&b=x%2By") into the expected parameters.
+ * Unknown names, repeated names, names without '=' and bad escapes are
+ * errors; why (static) says which. Errors: TALLY_PARSE, TALLY_TOO_LARGE. */
+TALLY_MUST_CHECK tally_err srv_query_parse(const char *q, size_t len, srv_qparam *p, size_t n,
+                                           const char **why);
+
+/* Byte range of one element of a JSON array. */
+typedef struct srv_span {
+    size_t off, len;
+} srv_span;
+
+/* Splits a JSON array into its top-level elements without validating them
+ * (tally_event_decode does). At most max elements. On error why (static)
+ * names the problem. Errors: TALLY_PARSE (not one well-nested array, trailing
+ * bytes, empty element), TALLY_TOO_LARGE (more than max elements). */
+TALLY_MUST_CHECK tally_err srv_json_array_split(const char *buf, size_t len, srv_span *out,
+                                                size_t max, size_t *n, const char **why);
+
+/* ---- Responses (respond.c) ------------------------------------------------ */
+
+/* Sets status, a JSON error body {"error":{"code","message"}}; returns
+ * SRV_ANSWERED so handlers can `return srv_fail(...)`. */
+srv_outcome srv_fail(srv_call *c, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Answers a ledger error: NOT_FOUND 404, input errors 400, BUSY 503, else 500. */
+srv_outcome srv_fail_err(srv_call *c, tally_err e, const char *what);
+/* Sets status and content type for a body already in c->resp.body. */
+srv_outcome srv_ok(srv_call *c, int status, const char *content_type);
+/* Answers 500 "internal" when e is a buffer error (out of memory). */
+srv_outcome srv_fail_nomem(srv_call *c);
+
+extern const char srv_type_json[];
+
+/* ---- JSON bodies (body.c) ------------------------------------------------- */
+
+struct json_object;
+
+/* Parses c->req's body as one JSON object whose keys are all in allowed
+ * (NULL-terminated). On failure answers 400 and returns false. The caller
+ * owns *out (json_object_put). */
+bool srv_body_object(srv_call *c, const char *const *allowed, struct json_object **out);
+
+/* Field getters: on a missing required field or a wrong type they answer
+ * 400 and return false; a missing optional field leaves *out as it was and
+ * sets *present (if not NULL) to false. */
+bool srv_field_string(srv_call *c, struct json_object *o, const char *name, bool required,
+                      const char **out);
+bool srv_field_time(srv_call *c, struct json_object *o, const char *name, bool required,
+                    int64_t *out);
+bool srv_field_int(srv_call *c, struct json_object *o, const char *name, int64_t min, int64_t max,
+                   int64_t *out);
+
+/* ---- Handlers ------------------------------------------------------------- */
+
+srv_outcome srv_h_healthz(srv_call *c);
+srv_outcome srv_h_metrics(srv_call *c);
+srv_outcome srv_h_events(srv_call *c);
+srv_outcome srv_h_usage(srv_call *c);
+srv_outcome srv_h_balance(srv_call *c);
+srv_outcome srv_h_invoice_list(srv_call *c);
+srv_outcome srv_h_invoice_show(srv_call *c);
+srv_outcome srv_h_credit_grant(srv_call *c);
+srv_outcome srv_h_spot_set(srv_call *c);
+
+/* ---- Events (events.c) and Kafka (kafka.c) -------------------------------- */
+
+typedef enum srv_event_status {
+    SRV_EV_ACCEPTED = 0,
+    SRV_EV_DUPLICATE,
+    SRV_EV_CONFLICT,
+    SRV_EV_QUARANTINED,
+    SRV_EV_PRODUCED,
+    SRV_EV_FORBIDDEN, /* subject is not the key's account: neither stored nor produced */
+    SRV_EV_FAILED,    /* could not be produced: retry */
+    SRV_EV_PENDING,   /* waiting for a delivery report */
+} srv_event_status;
+
+const char *srv_event_status_name(srv_event_status s);
+
+typedef struct srv_event_result {
+    srv_event_status status;
+    char id[TALLY_ID_MAX];        /* "" when the event did not decode */
+    char account[TALLY_NAME_MAX]; /* the subject, for the Kafka key */
+    char reason[48];
+} srv_event_result;
+
+typedef struct srv_events_call srv_events_call;
+
+/* The opaque of one produced message: which request and which event. */
+typedef struct srv_delivery {
+    srv_events_call *ec;
+    size_t index;
+} srv_delivery;
+
+/* An events request: results per event, answered when none is pending. */
+struct srv_events_call {
+    srv_call *call;
+    srv_event_result *results;
+    srv_delivery *deliveries; /* Kafka: one per event, the message's opaque */
+    size_t n;
+    size_t pending;
+};
+
+/* Writes the results body, answers (srv_finish) and frees ec. */
+void srv_events_answer(srv_events_call *ec);
+
+/* Creates the producer (idempotent, acks=all) and registers its queue with
+ * the event loop when base is not NULL. Errors: TALLY_KAFKA, TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err srv_kafka_create(const char *brokers, srv_kafka **out, char *why,
+                                            size_t cap);
+/* Hooks delivery reports into the event loop. Errors: TALLY_IO. */
+TALLY_MUST_CHECK tally_err srv_kafka_attach(srv_kafka *k, struct event_base *base);
+/* Flushes (bounded wait) and frees; accepts NULL. */
+void srv_kafka_destroy(srv_kafka *k);
+/* Produces value keyed by key to topic; on delivery sets the result of
+ * d->index in d->ec and, when nothing is pending any more, answers d->ec. Errors: TALLY_KAFKA
+ * (queue full, unknown topic): nothing was queued. */
+TALLY_MUST_CHECK tally_err srv_kafka_produce(srv_kafka *k, const char *topic, const char *key,
+                                             const char *value, size_t len, srv_delivery *d);
+/* Appends Prometheus lines for consumer lag of topic (offsets stored in the
+ * ledger vs the brokers' high watermarks). Errors: TALLY_TOO_LARGE. */
+TALLY_MUST_CHECK tally_err srv_kafka_lag(srv_kafka *k, tally_ledger *l, const char *topic,
+                                         tally_buf *out);
+
+#endif
