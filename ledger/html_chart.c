@@ -1,0 +1,229 @@
+/* The invoice page's usage chart: quantity used per local day, per meter.
+ *
+ * What is charted, and why: the quantity of each meter used on each calendar
+ * day of the period in the account's time zone, in the meter's price unit
+ * (card-hours, GB-days, GB, million tokens). Quantities are exact sums of the
+ * stored usage (intervals are split at local midnights; points fall on the
+ * day that holds them), so the chart never disagrees with the ledger; money
+ * per day would need every line re-rated and rounded per day, and those
+ * rounded days would not add up to the invoice's lines. Usage recorded after
+ * the invoice was finalized (billed later as adjustments) shows here too.
+ *
+ * Everything is integer arithmetic: bar heights are q * height / top with
+ * the axis top a 1-2-5 step in hundredths of a price unit. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "html_int.h"
+#include "invoice_int.h"
+#include "tally/rating.h"
+
+#define MAX_DAYS 62 /* a month is at most 31 local days; more means bad input */
+#define SVG_W    860
+#define SVG_H    170
+#define PLOT_X   74
+#define PLOT_Y   12
+#define PLOT_W   (SVG_W - PLOT_X - 8)
+#define PLOT_H   (SVG_H - PLOT_Y - 30)
+
+typedef struct chart_days {
+    size_t n;
+    int64_t start_s[MAX_DAYS], end_s[MAX_DAYS];
+    char label[MAX_DAYS][11];
+    __int128 qty[TALLY_METER_COUNT][MAX_DAYS]; /* base units */
+} chart_days;
+
+static const struct {
+    const char *title;
+    const char *color;
+} meter_style[TALLY_METER_COUNT] = {
+    [TALLY_METER_ACCELERATOR] = {"Accelerator usage", "#2563eb"},
+    [TALLY_METER_STORAGE] = {"Storage", "#0d9488"},
+    [TALLY_METER_TRAFFIC] = {"Network traffic", "#7c3aed"},
+    [TALLY_METER_TOKENS] = {"Inference tokens", "#d97706"},
+};
+
+static tally_err make_days(chart_days *d, const char *tz, int64_t start_s, int64_t end_s)
+{
+    d->n = 0;
+    for (int64_t t = start_s; t < end_s;) {
+        if (d->n == MAX_DAYS)
+            return TALLY_INVAL;
+        int64_t ds, de;
+        tally_err e = inv_day_bounds(tz, t, &ds, &de, d->label[d->n], sizeof d->label[d->n]);
+        if (e)
+            return e;
+        if (de <= t)
+            return TALLY_INVAL;
+        d->start_s[d->n] = ds < start_s ? start_s : ds;
+        d->end_s[d->n] = de > end_s ? end_s : de;
+        d->n++;
+        t = de;
+    }
+    return TALLY_OK;
+}
+
+/* Adds weight x the overlap of [s, e) with each day. */
+static void add_interval(chart_days *d, int m, int64_t weight, int64_t s, int64_t e)
+{
+    for (size_t i = 0; i < d->n; i++) {
+        int64_t lo = s > d->start_s[i] ? s : d->start_s[i];
+        int64_t hi = e < d->end_s[i] ? e : d->end_s[i];
+        if (hi > lo)
+            d->qty[m][i] += (__int128)weight * (hi - lo);
+    }
+}
+
+static void add_point(chart_days *d, int m, int64_t qty, int64_t t)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (t >= d->start_s[i] && t < d->end_s[i]) {
+            d->qty[m][i] += qty;
+            return;
+        }
+}
+
+/* Sums the account's stored usage into the days. Intervals are at most a
+ * day long, which bounds the index range scanned. */
+static tally_err load_usage(tally_ledger *l, chart_days *d, const char *account, int64_t start_s,
+                            int64_t end_s)
+{
+    static const char *const sql[2] = {
+        "SELECT meter, weight, start_s, end_s FROM usage_intervals WHERE account = ?1 "
+        "AND start_s >= ?2 - 86400 AND start_s < ?3 AND end_s > ?2",
+        "SELECT meter, qty, t_s, 0 FROM usage_points WHERE account = ?1 "
+        "AND t_s >= ?2 AND t_s < ?3",
+    };
+    tally_err e = TALLY_OK;
+    for (int q = 0; q < 2 && e == TALLY_OK; q++) {
+        sqlite3_stmt *st;
+        e = ledger_prepare(l, sql[q], &st);
+        if (e)
+            return e;
+        sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, start_s);
+        sqlite3_bind_int64(st, 3, end_s);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            int64_t m = sqlite3_column_int64(st, 0), v = sqlite3_column_int64(st, 1);
+            if (m < 0 || m >= TALLY_METER_COUNT || v < 0)
+                continue; /* not a meter this page knows; tally verify reports bad rows */
+            if (q == 0)
+                add_interval(d, (int)m, v, sqlite3_column_int64(st, 2),
+                             sqlite3_column_int64(st, 3));
+            else
+                add_point(d, (int)m, v, sqlite3_column_int64(st, 2));
+        }
+        if (rc != SQLITE_DONE)
+            e = ledger_sqlite_err(l, rc);
+        sqlite3_finalize(st);
+    }
+    return e;
+}
+
+/* The axis top in hundredths of a price unit: the smallest 1, 2 or 5 x 10^k
+ * at or above the largest day. */
+static __int128 axis_top(__int128 max, int64_t divisor)
+{
+    __int128 need = (max * 100 + divisor - 1) / divisor;
+    for (__int128 p = 1;; p *= 10)
+        for (int m = 1; m <= 5; m += m == 2 ? 3 : 1)
+            if (m * p >= need)
+                return m * p;
+}
+
+static void grid(html_w *w, __int128 top)
+{
+    for (int i = 0; i <= 4; i++) {
+        int y = PLOT_Y + PLOT_H - PLOT_H * i / 4;
+        char v[64];
+        html_decimal(v, sizeof v, top * i, 400, 4); /* top * i / 4 hundredths */
+        hw_fmt(w, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"%s\"/>", PLOT_X, y,
+               PLOT_X + PLOT_W, y, i == 0 ? "axis" : "grid");
+        hw_fmt(w, "<text x=\"%d\" y=\"%d\" class=\"ylab\">%s</text>", PLOT_X - 8, y + 4, v);
+    }
+}
+
+static void bars(html_w *w, const chart_days *d, int m, __int128 top, int64_t divisor,
+                 const char *unit)
+{
+    int n = (int)d->n, slot = PLOT_W / n, bw = slot > 6 ? slot - 4 : slot - 1;
+    for (int i = 0; i < n; i++) {
+        __int128 q = d->qty[m][i];
+        int x = PLOT_X + PLOT_W * i / n + (slot - bw) / 2;
+        int h = (int)(q * 100 * PLOT_H / (top * divisor));
+        if (q > 0 && h < 1)
+            h = 1;
+        char v[64];
+        html_decimal(v, sizeof v, q, divisor, 6);
+        if (q > 0) {
+            hw_fmt(w, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">", x,
+                   PLOT_Y + PLOT_H - h, bw, h, meter_style[m].color);
+            hw_fmt(w, "<title>%s: %s ", d->label[i], v);
+            hw_esc(w, unit);
+            hw_raw(w, "</title></rect>");
+        }
+        const char *day = d->label[i] + 8;
+        hw_fmt(w, "<text x=\"%d\" y=\"%d\" class=\"xlab\">%s</text>", x + bw / 2,
+               PLOT_Y + PLOT_H + 16, day[0] == '0' ? day + 1 : day);
+    }
+}
+
+static void one_chart(html_w *w, const chart_days *d, int m)
+{
+    __int128 max = 0, total = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        max = d->qty[m][i] > max ? d->qty[m][i] : max;
+        total += d->qty[m][i];
+    }
+    if (max == 0)
+        return;
+    int64_t divisor = tally_meter_unit_divisor((tally_meter)m);
+    const char *unit = tally_meter_price_unit((tally_meter)m);
+    __int128 top = axis_top(max, divisor);
+    char t[64];
+    html_decimal(t, sizeof t, total, divisor, 6);
+    hw_raw(w, "<figure class=\"chart\"><figcaption><span>");
+    hw_esc(w, meter_style[m].title);
+    char units[96];
+    html_unit_plural(unit, units, sizeof units);
+    hw_raw(w, " per day <span class=\"muted\">(");
+    hw_esc(w, units);
+    hw_raw(w, ")</span></span><span class=\"muted\">");
+    hw_fmt(w, "%s ", t);
+    hw_esc(w, units);
+    hw_raw(w, " in the period</span></figcaption>");
+    hw_fmt(w, "<svg viewBox=\"0 0 %d %d\" width=\"100%%\" role=\"img\" aria-label=\"", SVG_W,
+           SVG_H);
+    hw_esc(w, meter_style[m].title);
+    hw_raw(w, " per day\">");
+    grid(w, top);
+    bars(w, d, m, top, divisor, unit);
+    hw_raw(w, "</svg></figure>");
+}
+
+void html_usage_chart(html_w *w, tally_ledger *l, const char *account, const char *tz,
+                      int64_t start_s, int64_t end_s)
+{
+    if (w->e)
+        return;
+    chart_days *d = calloc(1, sizeof *d);
+    if (!d) {
+        w->e = TALLY_NOMEM;
+        return;
+    }
+    tally_err e = make_days(d, tz, start_s, end_s);
+    if (e == TALLY_OK && d->n > 0)
+        e = load_usage(l, d, account, start_s, end_s);
+    if (e != TALLY_OK) {
+        w->e = e;
+        goto out_days;
+    }
+    size_t before = w->b->len;
+    for (int m = 0; m < TALLY_METER_COUNT; m++)
+        one_chart(w, d, m);
+    if (!w->e && w->b->len == before)
+        hw_raw(w, "<p class=\"muted\">No metered usage is recorded for this period.</p>");
+out_days:
+    free(d);
+}
