@@ -81,7 +81,9 @@ int cli_read_file(const cli_ctx *ctx, const char *path, char **data, size_t *len
     X(pubkey)                                                                                      \
     X(verify)                                                                                      \
     X(serve)                                                                                       \
-    X(apikey)
+    X(apikey)                                                                                      \
+    X(publish)                                                                                     \
+    X(partition_of)
 
 #define CLI_DECLARE(name) int cmd_##name(cli_ctx *ctx, int argc, char **argv);
 CLI_COMMANDS(CLI_DECLARE)

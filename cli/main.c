@@ -36,6 +36,10 @@ const cli_command cli_commands[] = {
     {"serve", "--listen ADDR [--brokers B --topic T]", "serve the HTTP API", cmd_serve},
     {"apikey", "create (--account ID | --admin) | revoke ID | list", "manage HTTP API keys",
      cmd_apikey},
+    {"publish", "--brokers B [--topic T] [--until-idle SECONDS]",
+     "announce finalized invoices and credit notes on Kafka (outbox drain)", cmd_publish},
+    {"partition-of", "ACCOUNT --partitions N",
+     "print the Kafka partition an account's events are keyed to", cmd_partition_of},
     {NULL, NULL, NULL, NULL},
 };
 

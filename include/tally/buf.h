@@ -31,7 +31,8 @@ TALLY_MUST_CHECK tally_err tally_buf_append(tally_buf *b, const void *data, size
 TALLY_MUST_CHECK tally_err tally_buf_puts(tally_buf *b, const char *s);
 TALLY_MUST_CHECK tally_err tally_buf_printf(tally_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-TALLY_MUST_CHECK tally_err tally_buf_vprintf(tally_buf *b, const char *fmt, va_list ap);
+TALLY_MUST_CHECK tally_err tally_buf_vprintf(tally_buf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* Appends s as a JSON string literal, quotes included, escaping as RFC 8259
  * requires (control characters as \u00XX). */
 TALLY_MUST_CHECK tally_err tally_buf_json_str(tally_buf *b, const char *s);

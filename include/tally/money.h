@@ -70,7 +70,7 @@ TALLY_MUST_CHECK tally_err tally_money_extend(__int128 qty, int64_t price_nano,
                                               int64_t *out_minor);
 
 /* The exact, unrounded numerator of that product on the common denominator
- * tally_money_denominator(unit_divisor, minor_digits): lets a caller sum
+ * tally_money_denominator(unit_divisor): lets a caller sum
  * several exact parts and round once. Errors: TALLY_OVERFLOW. */
 TALLY_MUST_CHECK tally_err tally_money_exact(__int128 qty, int64_t price_nano, int minor_digits,
                                              __int128 *out_num);
