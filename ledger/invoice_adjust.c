@@ -16,9 +16,11 @@
  *   the current period's invoice.
  *
  * A voided period has no live invoice and is not adjusted: the next run for
- * it issues a fresh invoice that rates everything. Adjustment lines issued
- * before that fresh invoice are not counted against it (only later invoices'
- * adjustments are). */
+ * it issues a fresh invoice that rates all its usage and takes back (as
+ * negative adjustment lines naming the period itself) the adjustments for it
+ * that live invoices already billed. From then on, what was billed for the
+ * period is the fresh invoice's own lines plus adjustments on invoices after
+ * it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,13 +188,35 @@ static tally_err load_history(inv_gatherer *g, const char *account, const char *
     return e;
 }
 
+/* A period invoiced afresh after its invoice was voided: its new invoice
+ * rates all its usage, so adjustments for it already billed on live invoices
+ * are taken back (negated) on it. Invoice seq 0 does not exist, so the
+ * billed query returns exactly those adjustment lines. */
+static tally_err take_back(inv_gatherer *g, const tally_account *acct, const char *period,
+                           tally_line **lines, size_t *n, size_t *cap)
+{
+    billed_set billed = {0};
+    tally_line *diff = NULL;
+    size_t n_diff = 0;
+    tally_err e = load_billed(g, acct->id, 0, period, &billed);
+    if (!e && billed.n)
+        e = tally_lines_diff(NULL, 0, billed.v, billed.n, period, &diff, &n_diff);
+    for (size_t i = 0; !e && i < n_diff; i++)
+        e = push_line(lines, n, cap, &diff[i]);
+    free(diff);
+    free(billed.v);
+    return e;
+}
+
 tally_err inv_adjustments(inv_gatherer *g, const tally_account *acct, const char *period,
                           inv_input *scratch, tally_line **lines, size_t *n, size_t *cap, char *why,
                           size_t why_cap)
 {
     past *hist = NULL;
     size_t n_hist = 0;
-    tally_err e = load_history(g, acct->id, period, &hist, &n_hist);
+    tally_err e = take_back(g, acct, period, lines, n, cap);
+    if (!e)
+        e = load_history(g, acct->id, period, &hist, &n_hist);
     for (size_t i = 0; !e && i < n_hist; i++) {
         int64_t start, end;
         bool late = false;
