@@ -36,8 +36,7 @@ tally_err ledger_cards(tally_ledger *l, const tally_ratecard *const **cards, siz
 
 /* Parses a rate card's JSON into *out (arrays allocated; free with
  * ledger_card_release). Errors: TALLY_PARSE with why filled. */
-tally_err ledger_card_parse(const char *json, size_t len, ledger_card *out, char *why,
-                            size_t cap);
+tally_err ledger_card_parse(const char *json, size_t len, ledger_card *out, char *why, size_t cap);
 void ledger_card_release(ledger_card *c);
 /* Drops the cached cards (the next ledger_cards() reloads them). */
 void ledger_cards_clear(tally_ledger *l);

@@ -305,6 +305,13 @@ static int cmp_spot(const void *a, const void *b)
     return r ? r : (x->from_s > y->from_s) - (x->from_s < y->from_s);
 }
 
+/* qsort, which must not be given NULL even for zero elements. */
+static void sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+    if (n > 1)
+        qsort(base, n, size, cmp);
+}
+
 static tally_err finish_card(parse_ctx *c, ledger_card *out)
 {
     tally_ratecard *card = &out->card;
@@ -312,11 +319,11 @@ static tally_err finish_card(parse_ctx *c, ledger_card *out)
     card->storage = out->storage;
     card->traffic = out->traffic;
     card->tokens = out->tokens;
-    qsort(out->skus, card->n_skus, sizeof *out->skus, cmp_sku);
-    qsort(out->storage, card->n_storage, sizeof *out->storage, cmp_dim);
-    qsort(out->traffic, card->n_traffic, sizeof *out->traffic, cmp_dim);
-    qsort(out->tokens, card->n_tokens, sizeof *out->tokens, cmp_dim);
-    qsort(out->spot, out->n_spot, sizeof *out->spot, cmp_spot);
+    sort(out->skus, card->n_skus, sizeof *out->skus, cmp_sku);
+    sort(out->storage, card->n_storage, sizeof *out->storage, cmp_dim);
+    sort(out->traffic, card->n_traffic, sizeof *out->traffic, cmp_dim);
+    sort(out->tokens, card->n_tokens, sizeof *out->tokens, cmp_dim);
+    sort(out->spot, out->n_spot, sizeof *out->spot, cmp_spot);
     for (size_t i = 1; i < out->n_spot; i++)
         if (cmp_spot(&out->spot[i - 1], &out->spot[i]) == 0) {
             char p[WHY_PATH_MAX];
@@ -373,6 +380,13 @@ static tally_err parse_root(parse_ctx *c, json_object *root, ledger_card *out)
     return e;
 }
 
+static tally_err fail_json(parse_ctx *c, const char *desc, size_t at)
+{
+    if (c->why && c->cap > 0)
+        snprintf(c->why, c->cap, "malformed JSON at byte %zu: %s", at, desc);
+    return TALLY_PARSE;
+}
+
 static bool only_space(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -396,9 +410,8 @@ tally_err ledger_card_parse(const char *json, size_t len, ledger_card *out, char
     size_t end = json_tokener_get_parse_end(tok);
     tally_err e;
     if (!root || jerr != json_tokener_success)
-        e = fail(&c, "",
-                 jerr == json_tokener_continue ? "malformed JSON: truncated"
-                                               : json_tokener_error_desc(jerr));
+        e = fail_json(
+            &c, jerr == json_tokener_continue ? "truncated" : json_tokener_error_desc(jerr), end);
     else if (!only_space(json + end, len - end))
         e = fail(&c, "", "malformed JSON: trailing data after the card");
     else

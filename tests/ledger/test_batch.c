@@ -1,0 +1,626 @@
+/* Tests for ingest batches (ledger/batch*.c): dedupe, conflicts, quarantine,
+ * offsets, coalescing of intervals, per-second points, and all-or-nothing
+ * commits. Events are built by hand, except where re-serialised JSON must
+ * decode to the same fingerprint. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "../../ledger/batch_int.h"
+#include "tally/embed.h"
+
+#define T0 1772323200LL /* 2026-03-01T00:00:00Z */
+
+static char db_path[600];
+static int origin_seq;
+
+static tally_ledger *open_with_card(const char *tag)
+{
+    tally_ledger *l = NULL;
+    char why[256] = "";
+    snprintf(db_path, sizeof db_path, "%s/t.db", tu_tmpdir(tag));
+    if (tally_ledger_open(db_path, &l, why, sizeof why) != TALLY_OK)
+        fail_msg("open: %s", why);
+    const tally_embedded *f = tally_embedded_find("fixtures/pricebook/ratecard.json");
+    assert_non_null(f);
+    if (tally_ledger_ratecard_load(l, f->data, f->len, why, sizeof why) != TALLY_OK)
+        fail_msg("load: %s", why);
+    return l;
+}
+
+static tally_err first_col(void *ctx, int ncols, const char *const *cols)
+{
+    char *out = ctx;
+    if (!out[0])
+        snprintf(out, 256, "%s", ncols > 0 && cols[0] ? cols[0] : "(null)");
+    return TALLY_OK;
+}
+
+static long long query_int(tally_ledger *l, const char *sql)
+{
+    char out[256] = "";
+    if (tally_ledger_query(l, sql, NULL, 0, first_col, out) != TALLY_OK)
+        fail_msg("%s: %s", sql, tally_ledger_errmsg(l));
+    return strtoll(out, NULL, 10);
+}
+
+static void query_str(tally_ledger *l, const char *sql, char out[256])
+{
+    out[0] = '\0';
+    if (tally_ledger_query(l, sql, NULL, 0, first_col, out) != TALLY_OK)
+        fail_msg("%s: %s", sql, tally_ledger_errmsg(l));
+}
+
+/* ---- Building events ---------------------------------------------------- */
+
+/* A content fingerprint for hand-made events (the decoder has its own). */
+static void set_fingerprint(tally_event *ev)
+{
+    char buf[512];
+    uint64_t h[2];
+    int n = snprintf(buf, sizeof buf, "%d|%d|%d|%lld|%lld|%lld|%s|%s|%s|%s", ev->meter, ev->pricing,
+                     ev->migration, (long long)ev->time_s, (long long)ev->seconds,
+                     (long long)ev->weight, ev->account, ev->resource, ev->dim, ev->dim2);
+    tally_hash128(buf, (size_t)n, 7, h);
+    ev->fingerprint = h[0];
+}
+
+static tally_event accel(const char *id, const char *instance, const char *sku, tally_pricing p,
+                         int64_t t, int64_t secs, int64_t cards)
+{
+    tally_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.meter = TALLY_METER_ACCELERATOR;
+    ev.pricing = p;
+    ev.time_s = t;
+    ev.seconds = secs;
+    ev.weight = cards;
+    snprintf(ev.id, sizeof ev.id, "%s", id);
+    snprintf(ev.source, sizeof ev.source, "//hosts/node-1");
+    snprintf(ev.account, sizeof ev.account, "acme");
+    snprintf(ev.resource, sizeof ev.resource, "%s", instance);
+    snprintf(ev.dim, sizeof ev.dim, "%s", sku);
+    set_fingerprint(&ev);
+    return ev;
+}
+
+static tally_event instant(tally_meter m, const char *id, const char *dim, const char *dim2,
+                           int64_t t, int64_t qty)
+{
+    tally_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.meter = m;
+    ev.time_s = t;
+    ev.weight = qty;
+    snprintf(ev.id, sizeof ev.id, "%s", id);
+    snprintf(ev.source, sizeof ev.source, "//hosts/node-2");
+    snprintf(ev.account, sizeof ev.account, "acme");
+    snprintf(ev.resource, sizeof ev.resource, "r1");
+    snprintf(ev.dim, sizeof ev.dim, "%s", dim);
+    snprintf(ev.dim2, sizeof ev.dim2, "%s", dim2);
+    set_fingerprint(&ev);
+    return ev;
+}
+
+static void add(tally_batch *b, const tally_event *ev)
+{
+    char origin[64], raw[160];
+    snprintf(origin, sizeof origin, "test:%d", ++origin_seq);
+    int n = snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"w\":%lld}", ev->id, (long long)ev->weight);
+    assert_int_equal(tally_batch_add_event(b, ev, raw, (size_t)n, origin), TALLY_OK);
+}
+
+static tally_batch_stats commit_ok(tally_batch *b, tally_event_result *results)
+{
+    tally_batch_stats st;
+    tally_err e = tally_batch_commit(b, &st, results);
+    if (e != TALLY_OK)
+        fail_msg("commit: %s: %s", tally_err_name(e), tally_ledger_errmsg(b->l));
+    return st;
+}
+
+/* Sum over interval rows of weight x seconds. */
+static long long card_seconds(tally_ledger *l)
+{
+    return query_int(l, "SELECT coalesce(sum(weight * (end_s - start_s)), 0) FROM usage_intervals");
+}
+
+static void assert_counts_match(tally_ledger *l)
+{
+    tally_ledger_counts c;
+    assert_int_equal(tally_ledger_counts_get(l, &c), TALLY_OK);
+    assert_int_equal(c.dedupe_keys, query_int(l, "SELECT count(*) FROM dedupe"));
+    assert_int_equal(c.quarantined, query_int(l, "SELECT count(*) FROM quarantine"));
+    assert_int_equal(c.intervals, query_int(l, "SELECT count(*) FROM usage_intervals"));
+    assert_int_equal(c.points, query_int(l, "SELECT count(*) FROM usage_points"));
+}
+
+/* ---- Dedupe and quarantine ------------------------------------------------- */
+
+static void test_accept_duplicate_conflict(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-dedupe");
+    tally_batch *b;
+    tally_event_result r[4];
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event ev = accel("e1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 8);
+    add(b, &ev);
+    add(b, &ev); /* the same event twice in one batch */
+    assert_int_equal(tally_batch_count(b), 2);
+    tally_batch_stats st = commit_ok(b, r);
+    assert_int_equal(st.accepted, 1);
+    assert_int_equal(st.duplicates, 1);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(tally_batch_count(b), 0);
+
+    tally_event other = ev;
+    other.weight = 4; /* same (source, id), other content */
+    set_fingerprint(&other);
+    add(b, &ev);
+    add(b, &other);
+    st = commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[1], TALLY_RESULT_CONFLICT);
+    assert_int_equal(st.conflicts, 1);
+    assert_int_equal(st.accepted + st.quarantined, 0);
+
+    char out[256];
+    query_str(l, "SELECT reason || ' ' || detail FROM quarantine", out);
+    assert_non_null(strstr(out, "conflict"));
+    assert_non_null(strstr(out, "e1"));
+    query_str(l, "SELECT CAST(raw AS TEXT) FROM quarantine", out);
+    assert_string_equal(out, "{\"id\":\"e1\",\"w\":4}");
+    query_str(l, "SELECT source || ' ' || event_id FROM quarantine", out);
+    assert_string_equal(out, "//hosts/node-1 e1");
+    assert_int_equal(card_seconds(l), 8 * 60);
+    tally_account a;
+    assert_int_equal(tally_ledger_account_get(l, "acme", &a), TALLY_OK);
+    assert_string_equal(a.currency, "CNY");
+    assert_string_equal(a.timezone, "UTC");
+    /* The same id from another source is another event. */
+    snprintf(other.source, sizeof other.source, "//hosts/node-9");
+    add(b, &other);
+    st = commit_ok(b, NULL);
+    assert_int_equal(st.accepted, 1);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+static void test_duplicate_reserialised(void **state)
+{
+    (void)state;
+    static const char *const msgs[] = {
+        "{\"specversion\":\"1.0\",\"id\":\"x-1\",\"source\":\"//h/1\",\"type\":\"accelerator."
+        "usage\",\"subject\":\"acme\",\"time\":\"2026-03-01T08:00:00+08:00\",\"data\":{"
+        "\"instance\":\"i-1\",\"sku\":\"h100\",\"pricing\":\"on_demand\",\"cards\":8}}",
+        "{ \"data\": {\"cards\": \"8\", \"pricing\": \"on_demand\", \"sku\": \"h100\", "
+        "\"instance\": \"i-1\", \"seconds\": 1},\n \"time\": \"2026-03-01T00:00:00.9Z\", "
+        "\"subject\": \"acme\", \"type\": \"accelerator.usage\", \"source\": \"//h/1\", "
+        "\"id\": \"x-1\", \"specversion\": \"1.0\" }",
+    };
+    tally_ledger *l = open_with_card("batch-reser");
+    tally_batch *b;
+    tally_event_result r[2];
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    for (int i = 0; i < 2; i++) {
+        tally_event ev;
+        tally_reject rej;
+        tally_err e = tally_event_decode(msgs[i], strlen(msgs[i]), T0 + 3600, &ev, &rej);
+        if (e != TALLY_OK)
+            fail_msg("decode %d: %s %s", i, rej.reason, rej.detail);
+        assert_int_equal(
+            tally_batch_add_event(b, &ev, msgs[i], strlen(msgs[i]), i ? "file:b:1" : "file:a:1"),
+            TALLY_OK);
+    }
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(card_seconds(l), 8);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+static void test_card_quarantine(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-card");
+    tally_batch *b;
+    tally_event_result r[5];
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event ev[5] = {
+        accel("q1", "i-1", "h200", TALLY_PRICING_ON_DEMAND, T0, 1, 1),
+        accel("q2", "i-1", "tpu-v4-64", TALLY_PRICING_RESERVED, T0, 1, 1),
+        accel("q3", "i-1", "h100", TALLY_PRICING_SPOT, T0, 1, 1),
+        accel("q4", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 - 86400 * 365, 1, 1),
+        instant(TALLY_METER_TRAFFIC, "q5", "moon", "egress", T0, 1),
+    };
+    for (int i = 0; i < 5; i++)
+        add(b, &ev[i]);
+    tally_batch_stats st = commit_ok(b, r);
+    assert_int_equal(st.quarantined, 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(r[i], TALLY_RESULT_QUARANTINED);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine WHERE reason = 'unknown_sku'"),
+                     1);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine WHERE reason = 'no_price'"), 4);
+    char out[256];
+    query_str(l, "SELECT detail FROM quarantine WHERE event_id = 'q1'", out);
+    assert_non_null(strstr(out, "h200"));
+    query_str(l, "SELECT detail FROM quarantine WHERE event_id = 'q2'", out);
+    assert_non_null(strstr(out, "reserved"));
+    /* Nothing of them was accepted: no keys, no usage, no account. */
+    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe"), 0);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM accounts"), 0);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+static void test_reject_once(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-reject");
+    tally_batch *b;
+    tally_reject rej = {"bad_json", "unexpected end of input"};
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(tally_batch_add_reject(b, &rej, "{\"id\":", 6, "kafka:usage/0@17"),
+                         TALLY_OK);
+        assert_int_equal(tally_batch_add_reject(b, &rej, NULL, 0, "kafka:usage/0@18"), TALLY_OK);
+        tally_batch_stats st = commit_ok(b, NULL);
+        assert_int_equal(st.quarantined, 2);
+    }
+    assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine"), 2);
+    assert_int_equal(query_int(l, "SELECT length(raw) FROM quarantine WHERE origin = "
+                                  "'kafka:usage/0@18'"),
+                     0);
+    /* Rejects alone write no usage: the usage sequence does not move. */
+    assert_int_equal(query_int(l, "SELECT value FROM meta WHERE key = 'usage_seq'"), 0);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-bad");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event ev = accel("b1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 1, 1);
+    ev.meter = (tally_meter)9;
+    assert_int_equal(tally_batch_add_event(b, &ev, "", 0, "x:1"), TALLY_INVAL);
+    ev = accel("b1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 0, 1);
+    assert_int_equal(tally_batch_add_event(b, &ev, "", 0, "x:1"), TALLY_INVAL);
+    ev = accel("b1", "i-1", "h100", TALLY_PRICING_NONE, T0, 1, 1);
+    assert_int_equal(tally_batch_add_event(b, &ev, "", 0, "x:1"), TALLY_INVAL);
+    ev = accel("b1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 1, 1);
+    memset(ev.dim, 'x', sizeof ev.dim); /* not terminated */
+    assert_int_equal(tally_batch_add_event(b, &ev, "", 0, "x:1"), TALLY_INVAL);
+    ev = accel("b1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 1, 1);
+    assert_int_equal(tally_batch_add_event(b, &ev, "", TALLY_EVENT_MAX_BYTES + 1, "x:1"),
+                     TALLY_TOO_LARGE);
+    assert_int_equal(tally_batch_set_offset(b, "usage", -1, -1, 0), TALLY_INVAL);
+    assert_int_equal(tally_batch_set_offset(b, "usage", 0, 5, 4), TALLY_INVAL);
+    assert_int_equal(tally_batch_count(b), 0);
+    tally_batch_stats st = commit_ok(b, NULL);
+    assert_int_equal(st.accepted + st.duplicates + st.conflicts + st.quarantined, 0);
+    tally_batch_destroy(b);
+    tally_batch_destroy(NULL);
+    tally_ledger_close(l);
+}
+
+/* ---- Offsets ------------------------------------------------------------------ */
+
+static void test_offsets_cas(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-offsets"), *l2;
+    tally_batch *b, *stale;
+    char why[256];
+    int64_t next;
+    assert_int_equal(tally_ledger_open(db_path, &l2, why, sizeof why), TALLY_OK);
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    assert_int_equal(tally_batch_create(l2, &stale), TALLY_OK);
+
+    tally_event ev = accel("o1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 1, 1);
+    add(b, &ev);
+    assert_int_equal(tally_batch_set_offset(b, "usage", 0, -1, 5), TALLY_OK);
+    assert_int_equal(tally_batch_set_offset(b, "usage", 0, 5, 10), TALLY_OK); /* continues */
+    commit_ok(b, NULL);
+    assert_int_equal(tally_ledger_offset_get(l, "usage", 0, &next), TALLY_OK);
+    assert_int_equal(next, 10);
+
+    /* A second writer that still believes nothing is stored. */
+    tally_event ev2 = accel("o2", "i-2", "h100", TALLY_PRICING_ON_DEMAND, T0, 1, 1);
+    add(stale, &ev2);
+    assert_int_equal(tally_batch_set_offset(stale, "usage", 0, -1, 20), TALLY_OK);
+    tally_batch_stats st = {1, 1, 1, 1};
+    assert_int_equal(tally_batch_commit(stale, &st, NULL), TALLY_STALE);
+    assert_int_equal(st.accepted, 0);
+    assert_non_null(strstr(tally_ledger_errmsg(l2), "usage/0"));
+    assert_int_equal(tally_batch_count(stale), 0);
+    /* ... or an old value. */
+    add(stale, &ev2);
+    assert_int_equal(tally_batch_set_offset(stale, "usage", 0, 5, 20), TALLY_OK);
+    assert_int_equal(tally_batch_commit(stale, NULL, NULL), TALLY_STALE);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe"), 1);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals"), 1);
+    assert_int_equal(tally_ledger_offset_get(l, "usage", 0, &next), TALLY_OK);
+    assert_int_equal(next, 10);
+
+    /* With the right expectation it goes through; other partitions are apart. */
+    add(stale, &ev2);
+    assert_int_equal(tally_batch_set_offset(stale, "usage", 0, 10, 20), TALLY_OK);
+    assert_int_equal(tally_batch_set_offset(stale, "usage", 1, -1, 3), TALLY_OK);
+    st = commit_ok(stale, NULL);
+    assert_int_equal(st.accepted, 1);
+    assert_int_equal(tally_ledger_offset_get(l, "usage", 0, &next), TALLY_OK);
+    assert_int_equal(next, 20);
+    assert_int_equal(tally_ledger_offset_get(l, "usage", 1, &next), TALLY_OK);
+    assert_int_equal(next, 3);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_batch_destroy(stale);
+    tally_ledger_close(l2);
+    tally_ledger_close(l);
+}
+
+/* ---- Coalescing ---------------------------------------------------------------- */
+
+static void test_coalesce_hour(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-hour");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    for (int i = 0; i < 3600; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "h-%05d", i);
+        tally_event ev = accel(id, "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 + i, 1, 1);
+        add(b, &ev);
+        if (i % 100 == 99) /* 36 commits: the open interval outlives each */
+            commit_ok(b, NULL);
+    }
+    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals"), 1);
+    assert_int_equal(query_int(l, "SELECT start_s FROM usage_intervals"), T0);
+    assert_int_equal(query_int(l, "SELECT end_s FROM usage_intervals"), T0 + 3600);
+    assert_int_equal(query_int(l, "SELECT seq FROM usage_intervals"),
+                     query_int(l, "SELECT value FROM meta WHERE key = 'usage_seq'"));
+    assert_int_equal(query_int(l, "SELECT value FROM meta WHERE key = 'usage_seq'"), 36);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+static void test_coalesce_two_days(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-days");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    for (int i = 0; i < 2 * 1440; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "d-%05d", i);
+        tally_event ev = accel(id, "i-1", "a100-40g", TALLY_PRICING_RESERVED, T0 + 60 * i, 60, 2);
+        add(b, &ev);
+    }
+    commit_ok(b, NULL);
+    assert_true(query_int(l, "SELECT count(*) FROM usage_intervals") >= 2);
+    assert_true(query_int(l, "SELECT count(*) FROM usage_intervals") <= 3);
+    assert_int_equal(query_int(l, "SELECT max(end_s - start_s) FROM usage_intervals"), 86400);
+    assert_int_equal(card_seconds(l), 2 * 2 * 86400);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+static uint64_t lcg(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+static void test_out_of_order(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-shuffle");
+    tally_batch *b;
+    enum { N = 3600 };
+    static int order[N];
+    uint64_t seed = 42;
+    for (int i = 0; i < N; i++)
+        order[i] = i;
+    for (int i = N - 1; i > 0; i--) {
+        int j = (int)(lcg(&seed) % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "s-%05d", order[i]);
+        tally_event ev = accel(id, "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 + order[i], 1, 8);
+        add(b, &ev);
+        if (i % 256 == 255)
+            commit_ok(b, NULL);
+    }
+    commit_ok(b, NULL);
+    assert_int_equal(card_seconds(l), 8LL * N);
+    /* Every gap filled joined its neighbours: one row. */
+    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals"), 1);
+    assert_int_equal(query_int(l, "SELECT min(start_s) FROM usage_intervals"), T0);
+    assert_counts_match(l);
+
+    /* A gap filled last joins two stored rows into one. */
+    const int64_t t[] = {T0 + 10000, T0 + 10002, T0 + 10001};
+    for (int i = 0; i < 3; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "g-%d", i);
+        tally_event ev = accel(id, "i-2", "h100", TALLY_PRICING_ON_DEMAND, t[i], 1, 1);
+        add(b, &ev);
+        commit_ok(b, NULL);
+    }
+    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals WHERE resource = 'i-2'"),
+                     1);
+    assert_int_equal(query_int(l, "SELECT end_s - start_s FROM usage_intervals WHERE resource = "
+                                  "'i-2'"),
+                     3);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* More instances than the open-interval map holds: the least recently used
+ * are forgotten, and billing stays exact. */
+static void test_eviction(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-evict");
+    tally_batch *b;
+    const int counts[] = {IV_MAX, IV_MAX, IV_MAX + 500};
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < counts[round]; i++) {
+            char id[32], inst[32];
+            snprintf(id, sizeof id, "v-%d-%d", round, i);
+            snprintf(inst, sizeof inst, "i-%d", i);
+            tally_event ev = accel(id, inst, "h100", TALLY_PRICING_ON_DEMAND, T0 + round, 1, 1);
+            add(b, &ev);
+        }
+        commit_ok(b, NULL);
+        if (round == 1) /* everything fit: one row per instance */
+            assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals"), IV_MAX);
+    }
+    assert_int_equal(card_seconds(l), 3LL * IV_MAX + 500);
+    long long rows = query_int(l, "SELECT count(*) FROM usage_intervals");
+    assert_true(rows > IV_MAX && rows <= 2LL * IV_MAX + 500);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* ---- Points ------------------------------------------------------------------- */
+
+static void test_points(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-points");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 5; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "p-%d-%d", round, i);
+            tally_event ev = instant(TALLY_METER_TRAFFIC, id, "internet", "egress", T0, 100);
+            add(b, &ev);
+        }
+        char id[32];
+        snprintf(id, sizeof id, "t-%d", round);
+        tally_event tok = instant(TALLY_METER_TOKENS, id, "qwen-72b", "output", T0 + round, 4096);
+        add(b, &tok);
+        commit_ok(b, NULL);
+    }
+    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_points"), 3);
+    assert_int_equal(query_int(l, "SELECT qty FROM usage_points WHERE meter = 2"), 1000);
+    assert_int_equal(query_int(l, "SELECT sum(qty) FROM usage_points WHERE meter = 3"), 8192);
+    assert_int_equal(query_int(l, "SELECT seq FROM usage_points WHERE meter = 2"), 2);
+    assert_counts_match(l);
+
+    /* A sum that cannot fit is quarantined, not wrapped. */
+    tally_event big = instant(TALLY_METER_TRAFFIC, "big-1", "internal", "ingress", T0, INT64_MAX);
+    add(b, &big);
+    big = instant(TALLY_METER_TRAFFIC, "big-2", "internal", "ingress", T0, 1);
+    add(b, &big);
+    tally_event_result r[2];
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[1], TALLY_RESULT_QUARANTINED);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine WHERE reason = 'overflow'"), 1);
+    /* Across commits the ledger's CHECK refuses it: the batch fails whole. */
+    big = instant(TALLY_METER_TRAFFIC, "big-3", "internal", "ingress", T0, 5);
+    add(b, &big);
+    assert_int_equal(tally_batch_commit(b, NULL, NULL), TALLY_DB);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe WHERE id = CAST('big-3' AS BLOB)"),
+                     0);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* ---- All or nothing ------------------------------------------------------------ */
+
+static void test_rollback(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-rollback");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event a1 = accel("r1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 1, 1);
+    add(b, &a1);
+    commit_ok(b, NULL);
+
+    /* Writing the batch's points fails after its interval was extended. */
+    assert_int_equal(tally_ledger_exec(l, "CREATE TEMP TRIGGER boom BEFORE INSERT ON usage_points "
+                                          "BEGIN SELECT RAISE(ABORT, 'injected'); END"),
+                     TALLY_OK);
+    tally_event a2 = accel("r2", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 + 1, 1, 1);
+    tally_event p1 = instant(TALLY_METER_TRAFFIC, "r3", "internet", "egress", T0, 7);
+    tally_reject rej = {"bad_json", "x"};
+    add(b, &a2);
+    add(b, &p1);
+    assert_int_equal(tally_batch_add_reject(b, &rej, "x", 1, "file:r:1"), TALLY_OK);
+    assert_int_equal(tally_batch_set_offset(b, "usage", 0, -1, 3), TALLY_OK);
+    tally_batch_stats st = {9, 9, 9, 9};
+    assert_int_equal(tally_batch_commit(b, &st, NULL), TALLY_DB);
+    assert_non_null(strstr(tally_ledger_errmsg(l), "injected"));
+    assert_int_equal(st.accepted + st.quarantined, 0);
+    assert_int_equal(tally_batch_count(b), 0);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe"), 1);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine"), 0);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM offsets"), 0);
+    assert_int_equal(card_seconds(l), 1);
+    assert_int_equal(query_int(l, "SELECT value FROM meta WHERE key = 'usage_seq'"), 1);
+    assert_int_equal(tally_ledger_exec(l, "DROP TRIGGER temp.boom"), TALLY_OK);
+
+    /* The next event after the failed one must not extend a row that the
+     * rollback shortened: billed seconds stay exact. */
+    tally_event a3 = accel("r4", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 + 2, 1, 1);
+    add(b, &a3);
+    commit_ok(b, NULL);
+    assert_int_equal(card_seconds(l), 2);
+    /* The failed batch, sent again, is accepted in full. */
+    add(b, &a2);
+    add(b, &p1);
+    st = commit_ok(b, NULL);
+    assert_int_equal(st.accepted, 2);
+    assert_int_equal(card_seconds(l), 3);
+    assert_int_equal(query_int(l, "SELECT sum(qty) FROM usage_points"), 7);
+    assert_counts_match(l);
+    tu_assert_conservation(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+int main(void)
+{
+    setenv("TALLY_NOW", "2026-03-15T00:00:00Z", 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accept_duplicate_conflict),
+        cmocka_unit_test(test_duplicate_reserialised),
+        cmocka_unit_test(test_card_quarantine),
+        cmocka_unit_test(test_reject_once),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_offsets_cas),
+        cmocka_unit_test(test_coalesce_hour),
+        cmocka_unit_test(test_coalesce_two_days),
+        cmocka_unit_test(test_out_of_order),
+        cmocka_unit_test(test_eviction),
+        cmocka_unit_test(test_points),
+        cmocka_unit_test(test_rollback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
