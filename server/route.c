@@ -157,6 +157,8 @@ static srv_outcome dispatch(srv_call *c)
         c->query = q + 1;
         c->query_len = strlen(q + 1);
     }
+    if (c->req->body_len > TALLY_HTTP_MAX_BODY)
+        return srv_fail(c, 413, "too_large", "request body over %zu bytes", TALLY_HTTP_MAX_BODY);
     const srv_route *r;
     srv_match m =
         srv_route_match(srv_routes, srv_n_routes, c->req->method ? c->req->method : "", uri,

@@ -1,10 +1,13 @@
 /* The evhttp side of the server: creation, binding, the event loop, and the
  * translation between evhttp requests and tally_http_request/response.
  *
- * evhttp enforces the transport limits: bodies over TALLY_HTTP_MAX_BODY
- * (413), oversized headers, malformed requests (400) and the read/write
- * timeout that drops slow and idle clients. When evhttp rejects a request it
- * still calls our handler, with no URI; we answer with a JSON error body. */
+ * evhttp enforces the transport limits: oversized headers, malformed
+ * requests (400), bodies over TRANSPORT_MAX_BODY (413, without reading them)
+ * and the read/write timeout that drops slow and idle clients. Bodies over
+ * TALLY_HTTP_MAX_BODY but within the transport limit are answered 413 by the
+ * router with a JSON error. What evhttp refuses itself (past the transport
+ * limit, malformed requests, methods it does not know) gets libevent 2.1's
+ * own HTML error body: it calls its internal handler, not ours, for those. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -20,8 +23,9 @@
 
 #include "server_int.h"
 
-#define DEFAULT_TIMEOUT_S 30
-#define MAX_HEADERS_BYTES (16 * 1024)
+#define DEFAULT_TIMEOUT_S  30
+#define MAX_HEADERS_BYTES  (16 * 1024)
+#define TRANSPORT_MAX_BODY (4 * TALLY_HTTP_MAX_BODY)
 
 static const struct {
     enum evhttp_cmd_type cmd;
@@ -61,30 +65,9 @@ static void send_reply(void *arg, const tally_http_response *resp)
         evbuffer_free(body);
 }
 
-/* evhttp refused the request (too large, malformed): answer in JSON. */
-static void transport_error(struct evhttp_request *req)
-{
-    int code = evhttp_request_get_response_code(req);
-    bool too_large = code == HTTP_ENTITYTOOLARGE;
-    tally_http_response r = {.status = too_large ? 413 : 400, .content_type = srv_type_json};
-    tally_buf_init(&r.body, 0);
-    tally_err e = tally_buf_printf(&r.body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n",
-                                   too_large ? "too_large" : "bad_request",
-                                   too_large ? "request body over 1 MiB" : "malformed request");
-    if (e != TALLY_OK)
-        tally_buf_reset(&r.body);
-    send_reply(req, &r);
-    tally_buf_release(&r.body);
-}
-
 static void on_request(struct evhttp_request *req, void *arg)
 {
     tally_server *s = arg;
-    if (!evhttp_request_get_uri(req)) {
-        s->metrics.responses[4]++;
-        transport_error(req);
-        return;
-    }
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     tally_http_request r = {
@@ -145,7 +128,7 @@ static tally_err make_loop(tally_server *s)
     s->http = s->base ? evhttp_new(s->base) : NULL;
     if (!s->http)
         return TALLY_NOMEM;
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)TALLY_HTTP_MAX_BODY);
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)TRANSPORT_MAX_BODY);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS_BYTES);
     evhttp_set_timeout(s->http, s->timeout_s);
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
