@@ -385,9 +385,9 @@ static void page_meta(html_w *w, const view *v)
     hw_period(w, v->label);
     hw_raw(w, "</div><div class=\"muted small\">");
     hw_period_days(w, v->label);
-    hw_raw(w, ", ");
+    hw_raw(w, " (");
     hw_esc(w, v->tz);
-    hw_raw(w, " time<br>Issued ");
+    hw_raw(w, ")<br>Issued ");
     hw_time(w, v->issued);
     hw_raw(w, "</div></div><div class=\"due\"><h3>");
     hw_raw(w, v->credit_note ? "Amount credited" : "Amount due");

@@ -1,0 +1,311 @@
+/* End to end, through the tally binary: signing keys, `tally verify` on a
+ * real ledger and on copies tampered with from outside (the sqlite3 tool),
+ * and the invoice page's verification commands run against real output. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static char dir[512];
+
+/* A few accelerator events for March 2026, three accounts. */
+static const char usage[] =
+    "{\"specversion\":\"1.0\",\"id\":\"e1\",\"source\":\"host-1\",\"type\":\"accelerator.usage\","
+    "\"subject\":\"acme\",\"time\":\"2026-03-02T10:00:00Z\",\"data\":{\"instance\":\"vm-1\","
+    "\"sku\":\"h100\",\"pricing\":\"on_demand\",\"cards\":2,\"seconds\":3600}}\n"
+    "{\"specversion\":\"1.0\",\"id\":\"e2\",\"source\":\"host-1\",\"type\":\"accelerator.usage\","
+    "\"subject\":\"acme\",\"time\":\"2026-03-03T10:00:00Z\",\"data\":{\"instance\":\"vm-1\","
+    "\"sku\":\"h100\",\"pricing\":\"on_demand\",\"cards\":2,\"seconds\":1800}}\n"
+    "{\"specversion\":\"1.0\",\"id\":\"e3\",\"source\":\"host-2\",\"type\":\"accelerator.usage\","
+    "\"subject\":\"beta\",\"time\":\"2026-03-05T08:00:00Z\",\"data\":{\"instance\":\"vm-9\","
+    "\"sku\":\"a100-40g\",\"pricing\":\"on_demand\",\"cards\":1,\"seconds\":3600}}\n"
+    "{\"specversion\":\"1.0\",\"id\":\"e4\",\"source\":\"host-3\",\"type\":\"accelerator.usage\","
+    "\"subject\":\"gamma\",\"time\":\"2026-03-07T08:00:00Z\",\"data\":{\"instance\":\"vm-5\","
+    "\"sku\":\"rtx4090\",\"pricing\":\"spot\",\"cards\":4,\"seconds\":600}}\n";
+
+#define RESTORE_UPDATE                                                                             \
+    "CREATE TRIGGER invoices_no_update BEFORE UPDATE ON invoices\n"                                \
+    "BEGIN SELECT RAISE(ABORT, 'finalized invoices are immutable'); END;"
+#define RESTORE_DELETE                                                                             \
+    "CREATE TRIGGER invoices_no_delete BEFORE DELETE ON invoices\n"                                \
+    "BEGIN SELECT RAISE(ABORT, 'finalized invoices are immutable'); END;"
+
+/* Runs tally in dir on a ledger and key there; stdout and stderr into out. */
+static int tally(tally_buf *out, const char *db, const char *key, const char *args)
+{
+    if (out)
+        tally_buf_reset(out);
+    return tu_sh(out, "cd '%s' && '%s' --db '%s' --key '%s' %s 2>&1", dir, TALLY_BINARY, db, key,
+                 args);
+}
+
+static void write_file(const char *name, const char *text)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    setenv("TALLY_NOW", "2026-04-02T00:00:00Z", 1);
+    unsetenv("TALLY_KEY");
+    unsetenv("TALLY_DB");
+    snprintf(dir, sizeof dir, "%s", tu_tmpdir("trust"));
+    write_file("usage.ndjson", usage);
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    int rc = tally(&out, "tally.db", "tally.key", "init");
+    rc = rc ? rc : tally(&out, "tally.db", "tally.key", "ingest usage.ndjson");
+    if (rc == 0)
+        rc = tu_sh(NULL, "cd '%s' && '%s' --db tally.db ingest usage.ndjson >/dev/null", dir,
+                   TALLY_BINARY); /* the same file again: duplicates only */
+    rc = rc ? rc : tally(&out, "tally.db", "tally.key", "keygen");
+    rc = rc ? rc
+            : tally(&out, "tally.db", "tally.key",
+                    "invoice run --period 2026-03 --finalize --out out");
+    rc = rc ? rc : tally(&out, "tally.db", "tally.key", "invoice void INV-2026-000003 --reason x");
+    if (rc)
+        fprintf(stderr, "setup failed: %s\n", out.data ? out.data : "");
+    tally_buf_release(&out);
+    return rc;
+}
+
+static void test_keygen_and_pubkey(void **state)
+{
+    (void)state;
+    tally_buf out, a, b;
+    tally_buf_init(&out, 0);
+    tally_buf_init(&a, 0);
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally(&out, "none.db", "k2.key", "keygen"), 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/k2.key", dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(tu_read_file(path, &a), 0);
+
+    assert_int_equal(tally(&out, "none.db", "k2.key", "keygen"), 1);
+    assert_non_null(strstr(out.data, "already exists"));
+    assert_non_null(strstr(out.data, "--force"));
+    assert_int_equal(tu_read_file(path, &b), 0);
+    assert_string_equal(a.data, b.data);
+
+    assert_int_equal(tally(&out, "none.db", "k2.key", "keygen --force"), 0);
+    tally_buf_reset(&b);
+    assert_int_equal(tu_read_file(path, &b), 0);
+    assert_string_not_equal(a.data, b.data);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(tally(&out, "none.db", "k2.key", "keygen --bogus"), 2);
+
+    /* pubkey: SubjectPublicKeyInfo PEM that openssl reads */
+    assert_int_equal(tally(&out, "none.db", "k2.key", "pubkey"), 0);
+    assert_true(strncmp(out.data, "-----BEGIN PUBLIC KEY-----\n", 27) == 0);
+    write_file("k2.pub.pem", out.data);
+    assert_int_equal(tu_sh(NULL, "openssl pkey -pubin -in '%s/k2.pub.pem' -noout", dir), 0);
+    assert_int_equal(tally(&out, "none.db", "missing.key", "pubkey"), 1);
+    assert_non_null(strstr(out.data, "tally keygen"));
+    tally_buf_release(&out);
+    tally_buf_release(&a);
+    tally_buf_release(&b);
+}
+
+static void test_verify_real_ledger(void **state)
+{
+    (void)state;
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tally(&out, "tally.db", "tally.key", "verify"), 0);
+    assert_non_null(strstr(out.data, "4 documents chained and signed"));
+    char db[700];
+    snprintf(db, sizeof db, "%s/tally.db", dir);
+    tu_assert_conservation_path(db);
+
+    /* the public key alone is enough */
+    assert_int_equal(
+        tu_sh(NULL, "cd '%s' && '%s' --key tally.key pubkey > pub.pem", dir, TALLY_BINARY), 0);
+    assert_int_equal(tally(&out, "tally.db", "pub.pem", "verify"), 0);
+    /* no key: says what is needed */
+    assert_int_equal(tally(&out, "tally.db", "nokey.pem", "verify"), 1);
+    assert_non_null(strstr(out.data, "needs the public key"));
+    /* another key: the first document is named */
+    assert_int_equal(tally(&out, "tally.db", "k3.key", "keygen"), 0);
+    assert_int_equal(tally(&out, "tally.db", "k3.key", "verify"), 1);
+    assert_non_null(strstr(out.data, "invoice INV-2026-000001: signature does not verify"));
+    tally_buf_release(&out);
+}
+
+/* Copies the ledger, applies sql with the sqlite3 tool, runs tally verify:
+ * it must exit 1 naming want. */
+static void tampered(const char *name, const char *sql, const char *want)
+{
+    char db[64];
+    snprintf(db, sizeof db, "%s.db", name);
+    assert_int_equal(tu_sh(NULL,
+                           "cd '%s' && rm -f %s %s-wal %s-shm && cp tally.db %s && "
+                           "sqlite3 %s \"%s\"",
+                           dir, db, db, db, db, db, sql),
+                     0);
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    int rc = tally(&out, db, "tally.key", "verify");
+    if (rc != 1 || !strstr(out.data, want))
+        fail_msg("%s: exit %d, output: %s (wanted \"%s\")", name, rc, out.data, want);
+    tally_buf_release(&out);
+}
+
+static void test_tampering_is_caught(void **state)
+{
+    (void)state;
+    tampered("a_drop_trigger", "DROP TRIGGER invoices_no_update;",
+             "FAILED: trigger invoices_no_update: missing");
+    tampered("b_update_amount",
+             "DROP TRIGGER invoices_no_update; UPDATE invoices SET amount_due_minor = 1 "
+             "WHERE id = 'INV-2026-000001';",
+             "FAILED: trigger invoices_no_update: missing");
+    tampered("b2_update_amount_hidden",
+             "DROP TRIGGER invoices_no_update; UPDATE invoices SET amount_due_minor = 1 "
+             "WHERE id = 'INV-2026-000001';" RESTORE_UPDATE,
+             "FAILED: invoice INV-2026-000001: totals in its row differ from the signed document");
+    tampered("c_flip_doc_byte",
+             "DROP TRIGGER invoices_no_update; UPDATE invoices SET doc = CAST(substr(CAST(doc AS "
+             "TEXT), 1, 29) || CASE substr(CAST(doc AS TEXT), 30, 1) WHEN 'a' THEN 'b' ELSE 'a' "
+             "END || substr(CAST(doc AS TEXT), 31) AS BLOB) WHERE id = 'INV-2026-000002';",
+             "FAILED: trigger invoices_no_update: missing");
+    tampered("c2_flip_doc_byte_hidden",
+             "DROP TRIGGER invoices_no_update; UPDATE invoices SET doc = CAST(substr(CAST(doc AS "
+             "TEXT), 1, 29) || CASE substr(CAST(doc AS TEXT), 30, 1) WHEN 'a' THEN 'b' ELSE 'a' "
+             "END || substr(CAST(doc AS TEXT), 31) AS BLOB) WHERE id = "
+             "'INV-2026-000002';" RESTORE_UPDATE,
+             "FAILED: invoice INV-2026-000002: stored document does not match its hash");
+    tampered("d_unbalanced_posting",
+             "INSERT INTO postings(entry_id, ledger_acct, currency, debit_minor, credit_minor) "
+             "VALUES (1, 'receivable:acme', 'CNY', 100, 0);",
+             "FAILED: entry 1 (invoice INV-2026-000001): debits");
+    tampered("e_delete_invoice",
+             "DROP TRIGGER invoices_no_delete; DELETE FROM invoices WHERE id = 'INV-2026-000001';",
+             "FAILED: trigger invoices_no_delete: missing");
+    tampered("e2_delete_invoice_hidden",
+             "DROP TRIGGER invoices_no_delete; DELETE FROM invoices WHERE id = "
+             "'INV-2026-000001';" RESTORE_DELETE,
+             "FAILED: invoice INV-2026-000002: number 2 where 1 was due");
+    tampered("f_balance_edited", "UPDATE balances SET credit_minor = credit_minor + 1;",
+             "FAILED: balance ");
+    tampered("g_credit_note_removed",
+             "DROP TRIGGER invoices_no_delete; DELETE FROM invoices WHERE doc_type = "
+             "'credit_note';" RESTORE_DELETE,
+             "FAILED: entry 4 (void CN-2026-000001): no such document");
+    /* the untouched ledger still verifies */
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tally(&out, "tally.db", "tally.key", "verify"), 0);
+    tally_buf_release(&out);
+}
+
+/* The invoice page written by `invoice run --out`: its printed commands,
+ * run with standard tools on the document from `tally invoice show`. */
+static void test_page_commands_verify_real_invoice(void **state)
+{
+    (void)state;
+    tally_buf h, out;
+    tally_buf_init(&h, 0);
+    tally_buf_init(&out, 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/out/acme-2026-03.html", dir);
+    assert_int_equal(tu_read_file(path, &h), 0);
+    assert_null(strstr(h.data, "http"));
+    assert_non_null(strstr(h.data, "INV-2026-000001"));
+    assert_non_null(strstr(h.data, "CNY 7.74"));
+    const char *s = strstr(h.data, "<pre id=\"verify-commands\">");
+    assert_non_null(s);
+    s = strchr(s, '>') + 1;
+    const char *e = strstr(s, "</pre>");
+    assert_non_null(e);
+    snprintf(path, sizeof path, "%s/check.sh", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    static const char *const ent[][2] = {
+        {"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}};
+    for (const char *c = s; c < e; c++) {
+        size_t k = 0;
+        while (k < 5 && strncmp(c, ent[k][0], strlen(ent[k][0])) != 0)
+            k++;
+        fputs(k < 5 ? ent[k][1] : (char[2]){*c, 0}, f);
+        c += k < 5 ? strlen(ent[k][0]) - 1 : 0;
+    }
+    fclose(f);
+    assert_int_equal(tu_sh(NULL,
+                           "cd '%s' && '%s' --db tally.db invoice show INV-2026-000001 --format "
+                           "json > INV-2026-000001.json",
+                           dir, TALLY_BINARY),
+                     0);
+    assert_int_equal(tu_sh(&out, "cd '%s' && sh check.sh 2>&1", dir), 0);
+    assert_non_null(strstr(out.data, "hash matches"));
+    assert_non_null(strstr(out.data, "Signature Verified Successfully"));
+
+    /* the credit note renders as one */
+    tally_buf_reset(&out);
+    assert_int_equal(tu_sh(&out,
+                           "'%s' --db '%s/tally.db' invoice show CN-2026-000001 --format html",
+                           TALLY_BINARY, dir),
+                     0);
+    assert_non_null(strstr(out.data, "CREDIT NOTE"));
+    assert_non_null(strstr(out.data, "INV-2026-000003"));
+    tally_buf_release(&h);
+    tally_buf_release(&out);
+}
+
+static void test_page_renders_in_chromium(void **state)
+{
+    (void)state;
+    if (access("/usr/bin/chromium", X_OK) != 0) {
+        print_message("chromium is not installed: skipping the rendering check\n");
+        skip();
+    }
+    tally_buf dom;
+    tally_buf_init(&dom, 0);
+    assert_int_equal(tu_sh(NULL,
+                           "cd '%s' && timeout 120 chromium --headless --no-sandbox --disable-gpu "
+                           "--disable-quic --no-first-run --disable-background-networking "
+                           "--disable-component-update --disable-sync --user-data-dir=\"$PWD/ch1\" "
+                           "--screenshot=\"$PWD/acme.png\" --window-size=1000,1400 "
+                           "\"file://$PWD/out/acme-2026-03.html\" >/dev/null 2>&1",
+                           dir),
+                     0);
+    char png[700];
+    snprintf(png, sizeof png, "%s/acme.png", dir);
+    struct stat st;
+    assert_int_equal(stat(png, &st), 0);
+    assert_true(st.st_size > 20000);
+    assert_int_equal(tu_sh(&dom,
+                           "cd '%s' && timeout 120 chromium --headless --no-sandbox --disable-gpu "
+                           "--disable-quic --no-first-run --disable-background-networking "
+                           "--disable-component-update --disable-sync --user-data-dir=\"$PWD/ch2\" "
+                           "--dump-dom \"file://$PWD/out/acme-2026-03.html\" 2>/dev/null",
+                           dir),
+                     0);
+    assert_non_null(strstr(dom.data, "CNY 7.74"));
+    assert_non_null(strstr(dom.data, "Signature (Ed25519 over the hash)"));
+    tally_buf_release(&dom);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_keygen_and_pubkey),
+        cmocka_unit_test(test_verify_real_ledger),
+        cmocka_unit_test(test_tampering_is_caught),
+        cmocka_unit_test(test_page_commands_verify_real_invoice),
+        cmocka_unit_test(test_page_renders_in_chromium),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
