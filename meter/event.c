@@ -8,6 +8,7 @@
  * one stable reason: bad_json first, then specversion, type, id, source,
  * subject, time, data, then the data fields in the order of the SPEC table.
  * Nothing is allocated. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -92,6 +93,7 @@ typedef struct type_rule {
     size_t n_fields;
 } type_rule;
 
+/* In tally_pricing order from TALLY_PRICING_ON_DEMAND. */
 static const char *const pricing_choices[] = {"on_demand", "spot", "reserved", NULL};
 static const char *const direction_choices[] = {"egress", "ingress", NULL};
 static const char *const scope_choices[] = {"internet", "internal", NULL};
@@ -155,8 +157,43 @@ typedef struct unknown_keys {
     size_t n;
 } unknown_keys;
 
-/* Index of key in names, or -1. Escaped keys are compared decoded. */
-static int lookup(const key_name *names, int n, const json_val *key)
+/* Known keys are found through a small open-addressed hash table per name
+ * table, built once: a probe or two instead of a scan of every name. */
+#define INDEX_SLOTS 64
+typedef struct key_index {
+    signed char slot[INDEX_SLOTS]; /* index into the name table, -1 if empty */
+} key_index;
+
+static key_index attr_index, field_index;
+static pthread_once_t index_once = PTHREAD_ONCE_INIT;
+
+static unsigned key_hash(const char *k, size_t len) /* len > 0 */
+{
+    return (unsigned)(len * 13 + (unsigned char)k[0] * 7 + (unsigned char)k[len - 1] * 3 +
+                      (unsigned char)k[len / 2]) %
+           INDEX_SLOTS;
+}
+
+static void index_build(key_index *ix, const key_name *names, int n)
+{
+    memset(ix->slot, -1, sizeof ix->slot);
+    for (int i = 0; i < n; i++) {
+        unsigned h = key_hash(names[i].s, names[i].len);
+        while (ix->slot[h] >= 0)
+            h = (h + 1) % INDEX_SLOTS;
+        ix->slot[h] = (signed char)i;
+    }
+}
+
+static void indexes_build(void)
+{
+    index_build(&attr_index, attr_names, A_COUNT);
+    index_build(&field_index, field_names, F_COUNT);
+}
+
+/* Index of key in names (indexed by ix), or -1. Escaped keys are compared
+ * decoded. */
+static int lookup(const key_index *ix, const key_name *names, const json_val *key)
 {
     const char *k = key->p;
     size_t len = key->len;
@@ -167,18 +204,22 @@ static int lookup(const key_name *names, int n, const json_val *key)
             return -1;
         k = buf;
     }
-    for (int i = 0; i < n; i++)
-        if (names[i].len == len && memcmp(names[i].s, k, len) == 0)
-            return i;
+    if (len == 0)
+        return -1;
+    for (unsigned h = key_hash(k, len); ix->slot[h] >= 0; h = (h + 1) % INDEX_SLOTS) {
+        const key_name *name = &names[ix->slot[h]];
+        if (name->len == len && memcmp(name->s, k, len) == 0)
+            return ix->slot[h];
+    }
     return -1;
 }
 
 /* Finds the slot of a member key (NULL for an unknown key), failing the scan
  * if the object already had that key. */
-static bool claim(json_scan *s, json_val *slots, const key_name *names, int n, unknown_keys *u,
-                  const json_val *key, json_val **slot)
+static bool claim(json_scan *s, json_val *slots, const key_index *ix, const key_name *names,
+                  unknown_keys *u, const json_val *key, json_val **slot)
 {
-    int i = lookup(names, n, key);
+    int i = lookup(ix, names, key);
     *slot = NULL;
     if (i >= 0) {
         if (slots[i].type != JSON_ABSENT)
@@ -205,7 +246,7 @@ static bool scan_data(json_scan *s, scanned *sc)
     if (!json_scan_object_begin(s, 2))
         return false;
     while ((r = json_scan_member(s, &first, &key)) == 1)
-        if (!claim(s, sc->field, field_names, F_COUNT, &u, &key, &slot) ||
+        if (!claim(s, sc->field, &field_index, field_names, &u, &key, &slot) ||
             !json_scan_value(s, 3, slot))
             return false;
     return r == 0;
@@ -221,7 +262,7 @@ static bool scan_event(json_scan *s, scanned *sc)
     if (!json_scan_object_begin(s, 1))
         return false;
     while ((r = json_scan_member(s, &first, &key)) == 1) {
-        if (!claim(s, sc->attr, attr_names, A_COUNT, &u, &key, &slot))
+        if (!claim(s, sc->attr, &attr_index, attr_names, &u, &key, &slot))
             return false;
         if (slot == &sc->attr[A_DATA] && json_scan_peek(s) == '{') {
             const char *start = s->p;
@@ -343,17 +384,16 @@ static tally_err take_int(const field_rule *r, const json_val *v, int64_t *out, 
                   what, (long long)r->min, (long long)r->max, snippet(v), v->p);
 }
 
-static tally_err take_enum(const field_rule *r, const json_val *v, char *dst, size_t cap,
+/* An enumerated string into text (16 bytes); *choice is its index in the
+ * rule's choices. */
+static tally_err take_enum(const field_rule *r, const json_val *v, char text[16], size_t *choice,
                            tally_reject *rej)
 {
     const char *what = field_names[r->field].s;
-    char buf[16];
-    if (copy_string(v, buf, sizeof buf, NULL) == STR_OK)
-        for (const char *const *c = r->choices; *c; c++)
-            if (strcmp(buf, *c) == 0) {
-                snprintf(dst, cap, "%s", buf);
+    if (copy_string(v, text, 16, NULL) == STR_OK)
+        for (*choice = 0; r->choices[*choice]; (*choice)++)
+            if (strcmp(text, r->choices[*choice]) == 0)
                 return TALLY_OK;
-            }
     return reject(rej, "bad_field:", what, "%s must be %s, got %.*s", what, r->choices_text,
                   snippet(v), v->p);
 }
@@ -364,6 +404,7 @@ static tally_err take_field(const field_rule *r, const json_val *v, tally_event 
 {
     const char *what = field_names[r->field].s;
     char text[16];
+    size_t choice = 0;
     int64_t n = r->dflt;
     tally_err err = TALLY_OK;
     if (v->type == JSON_ABSENT && r->required)
@@ -376,14 +417,13 @@ static tally_err take_field(const field_rule *r, const json_val *v, tally_event 
             memcpy(ev->dim, ev->resource, TALLY_NAME_MAX);
         return err;
     case K_ENUM:
-        if (r->dst & D_PRICING) {
-            err = take_enum(r, v, text, sizeof text, rej);
-            if (err == TALLY_OK && tally_pricing_from_name(text, &ev->pricing) != TALLY_OK)
-                err = TALLY_INTERNAL; /* the choices are pricing names */
+        if ((err = take_enum(r, v, text, &choice, rej)) != TALLY_OK)
             return err;
-        }
-        return (r->dst & D_DIM2) ? take_enum(r, v, ev->dim2, sizeof ev->dim2, rej)
-                                 : take_enum(r, v, ev->dim, sizeof ev->dim, rej);
+        if (r->dst & D_PRICING) /* pricing_choices are in tally_pricing order */
+            ev->pricing = (tally_pricing)(TALLY_PRICING_ON_DEMAND + (int)choice);
+        else
+            memcpy((r->dst & D_DIM2) ? ev->dim2 : ev->dim, text, sizeof text);
+        return TALLY_OK;
     case K_INT:
         if (v->type != JSON_ABSENT && (err = take_int(r, v, &n, rej)) != TALLY_OK)
             return err;
@@ -533,6 +573,7 @@ tally_err tally_event_decode(const char *buf, size_t len, int64_t now_s, tally_e
                      TALLY_EVENT_MAX_BYTES);
         return TALLY_TOO_LARGE;
     }
+    pthread_once(&index_once, indexes_build);
     memset(&sc, 0, sizeof sc);
     json_scan_init(&s, buf ? buf : "", buf ? len : 0);
     if (!scan_event(&s, &sc))

@@ -34,7 +34,8 @@ static inline bool is_ws(unsigned char c)
 
 static inline void skip_ws(json_scan *s)
 {
-    while (s->p < s->end && is_ws((unsigned char)*s->p))
+    /* compact JSON has none: one test when the next byte is not a space */
+    while (s->p < s->end && (unsigned char)*s->p <= ' ' && is_ws((unsigned char)*s->p))
         s->p++;
 }
 
@@ -156,40 +157,52 @@ static size_t escape_len(uptr q, uptr end, const char **why)
     return 12;
 }
 
+/* Checks the byte at q, which string_stops() flagged and is not the closing
+ * quote: an escape (sets *escaped), a UTF-8 sequence or a control character.
+ * Returns the byte after it, or NULL with the error recorded. Kept out of
+ * line so that the common path of scan_string() stays small. */
+static __attribute__((noinline)) uptr string_special(json_scan *s, uptr q, bool *escaped)
+{
+    uptr end = (uptr)s->end;
+    const char *why = "control character in string";
+    size_t n = 0;
+    if (*q == '\\') {
+        *escaped = true;
+        n = escape_len(q, end, &why);
+    } else if (*q >= 0x80) {
+        why = "invalid UTF-8 in string";
+        n = utf8_len(q, end);
+    }
+    if (n == 0) {
+        json_scan_fail(s, (const char *)q, why);
+        return NULL;
+    }
+    return q + n;
+}
+
 /* Reads the string at s->p (a quote) into *v. */
-static bool scan_string(json_scan *s, json_val *v)
+static inline __attribute__((always_inline)) bool scan_string(json_scan *s, json_val *v)
 {
     uptr q = (uptr)s->p + 1, end = (uptr)s->end;
     bool escaped = false;
-    const char *why = "unterminated string";
     for (;;) {
         while (end - q >= 8) {
             uint64_t stops = string_stops(load64(q));
             if (stops) {
                 q += (unsigned)__builtin_ctzll(stops) / 8;
-                break;
+                goto stop;
             }
             q += 8;
         }
+        while (q < end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x80)
+            q++;
         if (q >= end)
-            return json_scan_fail(s, (const char *)q, why);
-        unsigned char c = *q;
-        size_t n = 1;
-        if (c == '"')
+            return json_scan_fail(s, (const char *)q, "unterminated string");
+    stop:
+        if (*q == '"')
             break;
-        if (c == '\\') {
-            escaped = true;
-            n = escape_len(q, end, &why);
-        } else if (c < 0x20) {
-            why = "control character in string";
-            n = 0;
-        } else if (c >= 0x80) {
-            why = "invalid UTF-8 in string";
-            n = utf8_len(q, end);
-        }
-        if (n == 0)
-            return json_scan_fail(s, (const char *)q, why);
-        q += n;
+        if (!(q = string_special(s, q, &escaped)))
+            return false;
     }
     if (v) {
         v->type = JSON_STRING;
@@ -281,7 +294,8 @@ static bool scan_scalar(json_scan *s, json_val *v)
 
 /* After a value inside a container: consumes ',' (true in *more) or the
  * closer matching the innermost container. */
-static bool after_value(json_scan *s, bool in_object, bool *more)
+static inline __attribute__((always_inline)) bool after_value(json_scan *s, bool in_object,
+                                                              bool *more)
 {
     char c = json_scan_peek(s);
     if (c == ',') {
@@ -301,7 +315,7 @@ static bool after_value(json_scan *s, bool in_object, bool *more)
 }
 
 /* Reads an object key and its ':' (whitespace before the key skipped). */
-static bool scan_key(json_scan *s, json_val *key)
+static inline __attribute__((always_inline)) bool scan_key(json_scan *s, json_val *key)
 {
     if (json_scan_peek(s) != '"')
         return json_scan_fail(s, s->p,
