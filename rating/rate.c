@@ -111,7 +111,8 @@ static void ctx_free(rate_ctx *c)
     free(c->cuts);
     free(c->epochs);
     free(c->spot);
-    free(c->pieces);
+    free(c->cells);
+    rate_names_free(&c->names);
     free(c->line_num);
     free(c->lines);
     free(c->credits);

@@ -3,8 +3,11 @@
  * Rating works in three steps:
  *   1. every charge becomes "pieces": a quantity over a span of seconds that
  *      lies in one rate card, one spot price and one credit epoch, with its
- *      exact (unrounded) value on the common denominator of its meter;
- *   2. pieces are sorted by line key and merged into lines, each rounded
+ *      exact (unrounded) value on the common denominator of its meter.
+ *      Pieces are summed as they come into "cells", one per (line key,
+ *      epoch), in a hash table: memory and time grow with the number of
+ *      lines, not with the number of usage records;
+ *   2. cells are sorted by line key and merged into lines, each rounded
  *      once, keeping the exact value per epoch;
  *   3. grants pay lines from those per-epoch exact values.
  *
@@ -21,7 +24,8 @@
 
 #include "tally/rating.h"
 
-/* One priced slice of a line. Strings are borrowed from the input. */
+/* One priced slice of a line, or (in the cell table) the sum of all slices
+ * of one line key in one epoch. Strings are borrowed from the input. */
 typedef struct rate_piece {
     tally_line_kind kind;
     tally_meter meter;
@@ -31,9 +35,18 @@ typedef struct rate_piece {
     const char *dim2; /* traffic direction, token kind; "" otherwise */
     int64_t price_nano;
     size_t epoch;
-    __int128 qty; /* base units */
-    __int128 num; /* exact value on tally_money_denominator(divisor) */
+    __int128 qty;             /* base units */
+    __int128 num;             /* exact value on tally_money_denominator(divisor) */
+    uint32_t sku_id, dim2_id; /* interned names (cells only) */
 } rate_piece;
+
+/* Interned names: each distinct string gets a small dense id, so hot
+ * comparisons and hashes work on integers. Keys are borrowed. */
+typedef struct rate_names {
+    const char **keys;
+    uint32_t *ids;
+    size_t cap, n;
+} rate_names;
 
 typedef struct rate_ctx {
     const tally_rating_input *in;
@@ -49,8 +62,10 @@ typedef struct rate_ctx {
     /* Spot points sorted by (sku, from_s, position in the input). */
     const tally_spot_point **spot;
     size_t n_spot;
-    rate_piece *pieces;
-    size_t n_pieces, cap_pieces;
+    rate_names names;
+    /* Open-addressed cells; a slot is free while its sku is NULL. */
+    rate_piece *cells;
+    size_t n_cells, cap_cells;
     /* Built lines (usage lines first, then extra lines) and, for each usage
      * line, its exact value per epoch: line_num[l * n_epochs + e]. */
     tally_line *lines;
@@ -64,14 +79,21 @@ typedef struct rate_ctx {
 tally_err rate_fail(rate_ctx *c, tally_err err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* rate_cells.c: interned names and the cell table. */
+/* The id of s (interned on first sight). Errors: TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err rate_name_id(rate_names *t, const char *s, uint32_t *id);
+void rate_names_free(rate_names *t);
+/* Adds a finished piece to its cell. Errors: TALLY_NOMEM, TALLY_OVERFLOW. */
+TALLY_MUST_CHECK tally_err rate_push_piece(rate_ctx *c, const rate_piece *p);
+/* Moves the used cells to the front of c->cells; returns their count. */
+size_t rate_cells_compact(rate_ctx *c);
+
 /* rate_split.c: cut points, epochs, spot index, prices, pieces. */
 TALLY_MUST_CHECK tally_err rate_prepare(rate_ctx *c);
 size_t rate_epoch_of(const rate_ctx *c, int64_t t_s);
 /* The unit price of a piece like proto at second t_s. Errors: TALLY_NO_PRICE. */
 TALLY_MUST_CHECK tally_err rate_price_at(rate_ctx *c, const rate_piece *proto, int64_t t_s,
                                          int64_t *price_nano);
-/* Appends a finished piece. Errors: TALLY_NOMEM. */
-TALLY_MUST_CHECK tally_err rate_push_piece(rate_ctx *c, const rate_piece *p);
 /* Adds qty base units like proto at second t_s, priced at price_nano. */
 TALLY_MUST_CHECK tally_err rate_add_piece(rate_ctx *c, const rate_piece *proto, int64_t t_s,
                                           __int128 qty, int64_t price_nano);

@@ -1,4 +1,4 @@
-/* Pieces into invoice lines (SPEC sections 3 and 5).
+/* Cells into invoice lines (SPEC sections 3 and 5).
  *
  * A line is one (meter, kind, sku/dim, dim2, pricing, migration, unit price):
  * its quantity sums base units and its amount is the exact sum of its
@@ -65,15 +65,15 @@ static void line_from_piece(tally_line *l, const rate_piece *p)
     l->adjusts = p->kind;
 }
 
-/* Merges pieces [i, j) (one key) into line l; num points to its epochs. */
+/* Merges cells [i, j) (one key) into line l; num points to its epochs. */
 static tally_err merge_line(rate_ctx *c, size_t i, size_t j, tally_line *l, __int128 *num)
 {
     __int128 total = 0;
-    int64_t div = tally_meter_unit_divisor(c->pieces[i].meter);
+    int64_t div = tally_meter_unit_divisor(c->cells[i].meter);
 
-    line_from_piece(l, &c->pieces[i]);
+    line_from_piece(l, &c->cells[i]);
     for (size_t k = i; k < j; k++) {
-        const rate_piece *p = &c->pieces[k];
+        const rate_piece *p = &c->cells[k];
         if (__builtin_add_overflow(l->quantity, p->qty, &l->quantity) ||
             __builtin_add_overflow(total, p->num, &total) ||
             __builtin_add_overflow(num[p->epoch], p->num, &num[p->epoch]))
@@ -87,12 +87,12 @@ static tally_err merge_line(rate_ctx *c, size_t i, size_t j, tally_line *l, __in
     return TALLY_OK;
 }
 
-static size_t count_lines(const rate_ctx *c)
+static size_t count_lines(const rate_ctx *c, size_t n_cells)
 {
     size_t n = 0;
 
-    for (size_t i = 0; i < c->n_pieces; i++)
-        if (i == 0 || piece_key_cmp(&c->pieces[i - 1], &c->pieces[i]) != 0)
+    for (size_t i = 0; i < n_cells; i++)
+        if (i == 0 || piece_key_cmp(&c->cells[i - 1], &c->cells[i]) != 0)
             n++;
     return n;
 }
@@ -100,12 +100,12 @@ static size_t count_lines(const rate_ctx *c)
 tally_err rate_build_lines(rate_ctx *c)
 {
     const tally_rating_input *in = c->in;
-    size_t n, total, cells, l = 0;
+    size_t n, total, cells, l = 0, n_cells = rate_cells_compact(c);
     tally_err err;
 
-    if (c->n_pieces > 1)
-        qsort(c->pieces, c->n_pieces, sizeof *c->pieces, cmp_piece);
-    n = count_lines(c);
+    if (n_cells > 1)
+        qsort(c->cells, n_cells, sizeof *c->cells, cmp_piece);
+    n = count_lines(c, n_cells);
     if (__builtin_add_overflow(n, in->n_extra_lines, &total) ||
         __builtin_mul_overflow(n, c->n_epochs, &cells))
         return TALLY_NOMEM;
@@ -113,8 +113,8 @@ tally_err rate_build_lines(rate_ctx *c)
     c->line_num = calloc(cells + 1, sizeof *c->line_num);
     if (c->lines == NULL || c->line_num == NULL)
         return TALLY_NOMEM;
-    for (size_t i = 0, j; i < c->n_pieces; i = j, l++) {
-        for (j = i + 1; j < c->n_pieces && piece_key_cmp(&c->pieces[i], &c->pieces[j]) == 0;)
+    for (size_t i = 0, j; i < n_cells; i = j, l++) {
+        for (j = i + 1; j < n_cells && piece_key_cmp(&c->cells[i], &c->cells[j]) == 0;)
             j++;
         err = merge_line(c, i, j, &c->lines[l], &c->line_num[l * c->n_epochs]);
         if (err != TALLY_OK)

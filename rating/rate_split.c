@@ -215,36 +215,15 @@ tally_err rate_price_at(rate_ctx *c, const rate_piece *proto, int64_t t_s, int64
     return TALLY_OK;
 }
 
-static tally_err grow_pieces(rate_ctx *c)
-{
-    size_t cap = c->cap_pieces ? c->cap_pieces * 2 : 64;
-    rate_piece *p;
-
-    if (cap < c->cap_pieces || cap > SIZE_MAX / sizeof *p)
-        return TALLY_NOMEM;
-    p = realloc(c->pieces, cap * sizeof *p);
-    if (p == NULL)
-        return TALLY_NOMEM;
-    c->pieces = p;
-    c->cap_pieces = cap;
-    return TALLY_OK;
-}
-
-tally_err rate_push_piece(rate_ctx *c, const rate_piece *p)
-{
-    tally_err err;
-
-    assert(p->epoch < c->n_epochs);
-    if (c->n_pieces == c->cap_pieces && (err = grow_pieces(c)) != TALLY_OK)
-        return err;
-    c->pieces[c->n_pieces++] = *p;
-    return TALLY_OK;
-}
-
+/* Migration usage is rated like any usage and waived by an insurance piece
+ * of exactly the negative value, so each migration line has an insurance
+ * line that cancels it to the fen. Zero-priced migration usage (reserved
+ * usage inside a commitment) needs no waiver and gets none. */
 tally_err rate_add_piece(rate_ctx *c, const rate_piece *proto, int64_t t_s, __int128 qty,
                          int64_t price_nano)
 {
     rate_piece p = *proto;
+    tally_err err;
 
     assert(t_s >= c->in->period_start_s && t_s < c->in->period_end_s);
     p.price_nano = price_nano;
@@ -252,6 +231,13 @@ tally_err rate_add_piece(rate_ctx *c, const rate_piece *proto, int64_t t_s, __in
     p.qty = qty;
     if (tally_money_exact(qty, price_nano, c->in->minor_digits, &p.num) != TALLY_OK)
         return rate_fail(c, TALLY_OVERFLOW, "amount of %s usage overflows", proto->sku);
+    if ((err = rate_push_piece(c, &p)) != TALLY_OK)
+        return err;
+    if (!p.migration || p.kind != TALLY_LINE_USAGE || p.num == 0)
+        return TALLY_OK;
+    p.kind = TALLY_LINE_INSURANCE;
+    if (__builtin_sub_overflow((__int128)0, p.num, &p.num))
+        return rate_fail(c, TALLY_OVERFLOW, "insurance of %s usage overflows", p.sku);
     return rate_push_piece(c, &p);
 }
 

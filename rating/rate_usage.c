@@ -5,10 +5,7 @@
  * inside the period are priced by the card in force at their second.
  *
  * Migration usage (the insured hot-migration window) is rated like any other
- * usage into lines of its own, and an insurance piece of exactly the negative
- * value follows each priced piece, so that every migration line has an
- * insurance line that cancels it to the fen. Zero-priced migration usage
- * (reserved usage inside a commitment) needs no waiver and gets none.
+ * usage into lines of its own and waived (rate_add_piece).
  *
  * Reserved (SPEC section 2): each commitment bills cards x overlapping
  * seconds at the reserved price of the card in force at each second, used
@@ -31,26 +28,6 @@ static bool clip(const tally_rating_input *in, int64_t start, int64_t end, int64
     return *a < *b;
 }
 
-/* Adds an insurance piece for each priced migration piece from index first. */
-static tally_err insure(rate_ctx *c, size_t first)
-{
-    size_t last = c->n_pieces;
-    tally_err err;
-
-    for (size_t i = first; i < last; i++) {
-        rate_piece p = c->pieces[i]; /* copy: adding may move the array */
-
-        if (p.num == 0)
-            continue;
-        p.kind = TALLY_LINE_INSURANCE;
-        if (__builtin_sub_overflow((__int128)0, p.num, &p.num))
-            return rate_fail(c, TALLY_OVERFLOW, "insurance of %s usage overflows", p.sku);
-        if ((err = rate_push_piece(c, &p)) != TALLY_OK)
-            return err;
-    }
-    return TALLY_OK;
-}
-
 tally_err rate_intervals(rate_ctx *c)
 {
     const tally_rating_input *in = c->in;
@@ -61,7 +38,6 @@ tally_err rate_intervals(rate_ctx *c)
         bool accel = iv->meter == TALLY_METER_ACCELERATOR;
         rate_piece proto = {
             .kind = TALLY_LINE_USAGE, .meter = iv->meter, .sku = iv->dim, .dim2 = ""};
-        size_t first = c->n_pieces;
         int64_t a, b;
 
         if (!clip(in, iv->start_s, iv->end_s, &a, &b))
@@ -69,8 +45,6 @@ tally_err rate_intervals(rate_ctx *c)
         proto.pricing = accel ? iv->pricing : TALLY_PRICING_NONE;
         proto.migration = accel && iv->migration;
         if ((err = rate_add_span(c, &proto, a, b, iv->weight)) != TALLY_OK)
-            return err;
-        if (proto.migration && (err = insure(c, first)) != TALLY_OK)
             return err;
     }
     return TALLY_OK;
@@ -103,6 +77,7 @@ tally_err rate_points(rate_ctx *c)
 /* One endpoint of reserved usage or of a commitment, for the overage sweep. */
 typedef struct sweep_ev {
     const char *sku;
+    uint32_t sku_id; /* interned: the sort compares integers */
     int64_t t_s;
     int64_t d_used;      /* change in reserved cards in use */
     int64_t d_committed; /* change in cards committed */
@@ -111,36 +86,48 @@ typedef struct sweep_ev {
 static int cmp_sweep(const void *a, const void *b)
 {
     const sweep_ev *x = a, *y = b;
-    int s = strcmp(x->sku, y->sku);
 
-    if (s != 0)
-        return s;
+    if (x->sku_id != y->sku_id)
+        return (x->sku_id > y->sku_id) - (x->sku_id < y->sku_id);
     return (x->t_s > y->t_s) - (x->t_s < y->t_s);
 }
 
-/* The endpoints of all reserved usage and commitments, clipped to the
- * period. *out has room for 2 per interval and commitment. */
-static size_t sweep_events(const tally_rating_input *in, sweep_ev *out)
+/* Appends the two endpoints of cards held over [a, b) (clipped to the
+ * period) to ev; used tells reserved usage from a commitment. */
+static tally_err push_ends(rate_ctx *c, sweep_ev *ev, size_t *n, const char *sku, int64_t start,
+                           int64_t end, int64_t cards, bool used)
 {
-    size_t n = 0;
+    uint32_t id;
     int64_t a, b;
+    tally_err err;
 
-    for (size_t i = 0; i < in->n_intervals; i++) {
+    if (cards == 0 || !clip(c->in, start, end, &a, &b))
+        return TALLY_OK;
+    if ((err = rate_name_id(&c->names, sku, &id)) != TALLY_OK)
+        return err;
+    ev[(*n)++] = (sweep_ev){sku, id, a, used ? cards : 0, used ? 0 : cards};
+    ev[(*n)++] = (sweep_ev){sku, id, b, used ? -cards : 0, used ? 0 : -cards};
+    return TALLY_OK;
+}
+
+/* The endpoints of all reserved usage and commitments. ev has room for 2
+ * per interval and commitment. */
+static tally_err sweep_events(rate_ctx *c, sweep_ev *ev, size_t *n)
+{
+    const tally_rating_input *in = c->in;
+    tally_err err = TALLY_OK;
+
+    *n = 0;
+    for (size_t i = 0; i < in->n_intervals && err == TALLY_OK; i++) {
         const tally_interval *iv = &in->intervals[i];
-        if (iv->meter != TALLY_METER_ACCELERATOR || iv->pricing != TALLY_PRICING_RESERVED ||
-            iv->weight == 0 || !clip(in, iv->start_s, iv->end_s, &a, &b))
-            continue;
-        out[n++] = (sweep_ev){iv->dim, a, iv->weight, 0};
-        out[n++] = (sweep_ev){iv->dim, b, -iv->weight, 0};
+        if (iv->meter == TALLY_METER_ACCELERATOR && iv->pricing == TALLY_PRICING_RESERVED)
+            err = push_ends(c, ev, n, iv->dim, iv->start_s, iv->end_s, iv->weight, true);
     }
-    for (size_t i = 0; i < in->n_commitments; i++) {
+    for (size_t i = 0; i < in->n_commitments && err == TALLY_OK; i++) {
         const tally_commitment *cm = &in->commitments[i];
-        if (cm->cards == 0 || !clip(in, cm->from_s, cm->to_s, &a, &b))
-            continue;
-        out[n++] = (sweep_ev){cm->sku, a, 0, cm->cards};
-        out[n++] = (sweep_ev){cm->sku, b, 0, -cm->cards};
+        err = push_ends(c, ev, n, cm->sku, cm->from_s, cm->to_s, cm->cards, false);
     }
-    return n;
+    return err;
 }
 
 /* Sweeps the sorted endpoints: between two consecutive times of one SKU the
@@ -157,7 +144,7 @@ static tally_err sweep_overage(rate_ctx *c, const sweep_ev *ev, size_t n)
                             .sku = ev[i].sku,
                             .dim2 = ""};
 
-        if (i > 0 && strcmp(ev[i].sku, ev[i - 1].sku) != 0) {
+        if (i > 0 && ev[i].sku_id != ev[i - 1].sku_id) {
             assert(used == 0 && committed == 0);
             used = committed = 0;
         }
@@ -165,7 +152,7 @@ static tally_err sweep_overage(rate_ctx *c, const sweep_ev *ev, size_t n)
             __builtin_add_overflow(committed, ev[i].d_committed, &committed) ||
             __builtin_sub_overflow(used, committed, &excess))
             return rate_fail(c, TALLY_OVERFLOW, "reserved cards of %s overflow", ev[i].sku);
-        if (i + 1 == n || excess <= 0 || strcmp(ev[i + 1].sku, ev[i].sku) != 0)
+        if (i + 1 == n || excess <= 0 || ev[i + 1].sku_id != ev[i].sku_id)
             continue;
         if ((err = rate_add_span(c, &proto, ev[i].t_s, ev[i + 1].t_s, excess)) != TALLY_OK)
             return err;
@@ -211,9 +198,10 @@ tally_err rate_reserved(rate_ctx *c)
     ev = malloc(2 * room * sizeof *ev);
     if (ev == NULL)
         return TALLY_NOMEM;
-    n = sweep_events(in, ev);
-    qsort(ev, n, sizeof *ev, cmp_sweep);
-    err = sweep_overage(c, ev, n);
+    if ((err = sweep_events(c, ev, &n)) == TALLY_OK) {
+        qsort(ev, n, sizeof *ev, cmp_sweep);
+        err = sweep_overage(c, ev, n);
+    }
     free(ev);
     return err;
 }
