@@ -172,8 +172,9 @@ static tally_err lag_line(srv_kafka *k, tally_ledger *l, const char *topic, int3
         return tally_buf_printf(out, "# partition %d: watermarks or stored offset unavailable\n",
                                 (int)p);
     int64_t lag = hi - (next >= 0 ? next : lo);
-    return tally_buf_printf(out, "tally_consumer_lag{partition=\"%d\"} %lld\n", (int)p,
-                            (long long)(lag > 0 ? lag : 0));
+    /* Kafka topic names are [a-zA-Z0-9._-]: nothing to escape in the label. */
+    return tally_buf_printf(out, "tally_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n", topic,
+                            (int)p, (long long)(lag > 0 ? lag : 0));
 }
 
 tally_err srv_kafka_lag(srv_kafka *k, tally_ledger *l, const char *topic, tally_buf *out)

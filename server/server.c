@@ -89,7 +89,8 @@ static void on_request(struct evhttp_request *req, void *arg)
 tally_err tally_server_create(const tally_server_opts *o, tally_server **out, char *why, size_t cap)
 {
     *out = NULL;
-    if (!o->db_path || (o->brokers == NULL) != (o->topic == NULL)) {
+    if (!o->db_path || (o->brokers == NULL) != (o->topic == NULL) ||
+        (o->brokers && (!o->brokers[0] || !o->topic[0]))) {
         snprintf(why, cap, "a ledger is required, and --brokers and --topic go together");
         return TALLY_INVAL;
     }

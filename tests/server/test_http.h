@@ -35,14 +35,14 @@ typedef struct http_answer {
     tally_buf headers;
 } http_answer;
 
-static void trim_newline(tally_buf *b)
+static inline void trim_newline(tally_buf *b)
 {
     while (b->len && (b->data[b->len - 1] == '\n' || b->data[b->len - 1] == '\r'))
         b->data[--b->len] = '\0';
 }
 
 /* Runs `tally --db <db> <args>` and asserts it exits 0; returns its stdout. */
-static void fx_tally_ok(const http_fixture *f, tally_buf *out, const char *args)
+static inline void fx_tally_ok(const http_fixture *f, tally_buf *out, const char *args)
 {
     int rc = tu_tally(out, "--db '%s' --key '%s/tally.key' %s", f->db, f->dir, args);
     if (rc != 0)
@@ -50,7 +50,7 @@ static void fx_tally_ok(const http_fixture *f, tally_buf *out, const char *args)
 }
 
 /* Creates a key and stores "Bearer <key>" in hdr. */
-static void fx_key(const http_fixture *f, const char *args, char hdr[64])
+static inline void fx_key(const http_fixture *f, const char *args, char hdr[64])
 {
     tally_buf out;
     tally_buf_init(&out, 0);
@@ -64,7 +64,7 @@ static void fx_key(const http_fixture *f, const char *args, char hdr[64])
 }
 
 /* A fresh ledger with the fixture rate card, a signing key and three keys. */
-static void fx_ledger(http_fixture *f, const char *tag)
+static inline void fx_ledger(http_fixture *f, const char *tag)
 {
     memset(f, 0, sizeof *f);
     snprintf(f->dir, sizeof f->dir, "%s", tu_tmpdir(tag));
@@ -79,57 +79,76 @@ static void fx_ledger(http_fixture *f, const char *tag)
     fx_key(f, "--account globex", f->globex);
 }
 
-/* Starts `tally serve --listen 127.0.0.1:0 <extra>` and reads its address. */
-static void fx_start(http_fixture *f, const char *const *extra)
+/* Spawns argv with stdout and stderr in <dir>/<tag>.out and .err (stdin
+ * /dev/null) and waits for the first line of its stdout. */
+static inline pid_t spawn_first_line(const char *dir, const char *tag, const char *const *argv, char *line,
+                              size_t cap)
 {
     char out_path[700], err_path[700];
-    snprintf(out_path, sizeof out_path, "%s/serve.out", f->dir);
-    snprintf(err_path, sizeof err_path, "%s/serve.err", f->dir);
+    snprintf(out_path, sizeof out_path, "%s/%s.out", dir, tag);
+    snprintf(err_path, sizeof err_path, "%s/%s.err", dir, tag);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_int_equal(rc, 0);
+    line[0] = '\0';
+    for (int i = 0; i < 400 && !line[0]; i++) { /* up to 20 s (sanitizer builds) */
+        tally_buf b;
+        tally_buf_init(&b, 0);
+        if (tu_read_file(out_path, &b) == 0 && b.len && strchr(b.data, '\n'))
+            snprintf(line, cap, "%.*s", (int)(strchr(b.data, '\n') - b.data), b.data);
+        tally_buf_release(&b);
+        if (!line[0])
+            usleep(50000);
+    }
+    if (!line[0])
+        fail_msg("%s did not print its address (see %s)", tag, err_path);
+    return pid;
+}
+
+/* Starts `tally serve --listen 127.0.0.1:0 <extra>` and reads its address. */
+static inline void fx_start(http_fixture *f, const char *const *extra)
+{
     const char *argv[24] = {TALLY_BINARY, "--db", f->db, "serve", "--listen", "127.0.0.1:0"};
     size_t n = 6;
     for (size_t i = 0; extra && extra[i] && n < 23; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int rc = posix_spawn(&f->pid, TALLY_BINARY, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    assert_int_equal(rc, 0);
-    for (int i = 0; i < 400 && !f->addr[0]; i++) { /* up to 20 s (sanitizer builds) */
-        tally_buf b;
-        tally_buf_init(&b, 0);
-        if (tu_read_file(out_path, &b) == 0 && b.len && strchr(b.data, '\n'))
-            snprintf(f->addr, sizeof f->addr, "%.*s", (int)(strchr(b.data, '\n') - b.data), b.data);
-        tally_buf_release(&b);
-        if (!f->addr[0])
-            usleep(50000);
-    }
-    if (!f->addr[0])
-        fail_msg("tally serve did not print its address (see %s)", err_path);
+    f->pid = spawn_first_line(f->dir, "serve", argv, f->addr, sizeof f->addr);
+}
+
+/* Sends SIGTERM and returns the exit status (-1: killed by a signal). */
+static inline int stop_pid(pid_t pid)
+{
+    int st = 0;
+    kill(pid, SIGTERM);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* Stops the server with SIGTERM and asserts a clean exit (0: no leak
  * reports under ASan either). */
-static void fx_stop(http_fixture *f)
+static inline void fx_stop(http_fixture *f)
 {
     if (f->pid <= 0)
         return;
-    int st = 0;
-    kill(f->pid, SIGTERM);
-    while (waitpid(f->pid, &st, 0) < 0 && errno == EINTR)
-        ;
+    int rc = stop_pid(f->pid);
     f->pid = 0;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    if (rc != 0) {
         tu_sh(NULL, "cat '%s/serve.err' >&2", f->dir);
-        fail_msg("tally serve exited with status %d", st);
+        fail_msg("tally serve exited with status %d", rc);
     }
 }
 
 /* One request with curl. auth is the whole Authorization value or NULL;
  * body (if not NULL) is sent as is. Returns the status. */
-static int http_req(const http_fixture *f, http_answer *a, const char *method, const char *path,
+static inline int http_req(const http_fixture *f, http_answer *a, const char *method, const char *path,
                     const char *auth, const char *body, size_t body_len)
 {
     char body_path[700], hdr_path[700];
@@ -164,32 +183,32 @@ static int http_req(const http_fixture *f, http_answer *a, const char *method, c
     return a->status;
 }
 
-static int http_get(const http_fixture *f, http_answer *a, const char *path, const char *auth)
+static inline int http_get(const http_fixture *f, http_answer *a, const char *path, const char *auth)
 {
     return http_req(f, a, "GET", path, auth, NULL, 0);
 }
 
-static int http_send(const http_fixture *f, http_answer *a, const char *method, const char *path,
+static inline int http_send(const http_fixture *f, http_answer *a, const char *method, const char *path,
                      const char *auth, const char *body)
 {
     return http_req(f, a, method, path, auth, body, strlen(body));
 }
 
-static void http_done(http_answer *a)
+static inline void http_done(http_answer *a)
 {
     tally_buf_release(&a->body);
     tally_buf_release(&a->headers);
 }
 
 /* Asserts that body contains text. */
-static void assert_contains(const tally_buf *b, const char *text)
+static inline void assert_contains(const tally_buf *b, const char *text)
 {
     if (!b->data || !strstr(b->data, text))
         fail_msg("expected %s in: %s", text, b->data ? b->data : "(empty)");
 }
 
 /* The server still answers /healthz with 200. */
-static void assert_healthy(const http_fixture *f)
+static inline void assert_healthy(const http_fixture *f)
 {
     http_answer a;
     assert_int_equal(http_get(f, &a, "/healthz", NULL), 200);
@@ -198,7 +217,7 @@ static void assert_healthy(const http_fixture *f)
 }
 
 /* An accelerator usage event as JSON. */
-static void event_json(char *out, size_t cap, const char *id, const char *account, const char *sku,
+static inline void event_json(char *out, size_t cap, const char *id, const char *account, const char *sku,
                        const char *time, int cards, int seconds)
 {
     snprintf(out, cap,
