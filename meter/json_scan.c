@@ -498,16 +498,37 @@ size_t json_str_decode(const json_val *v, char *dst, size_t cap)
     return n;
 }
 
+/* The decoded bytes of a string value, one at a time. */
+typedef struct str_reader {
+    uptr p, end;
+    unsigned char buf[4];
+    size_t at, n; /* buf[at..n) not yet handed out */
+} str_reader;
+
+static bool str_next(str_reader *r, unsigned char *c)
+{
+    if (r->at == r->n) {
+        if (r->p >= r->end)
+            return false;
+        r->n = next_char(&r->p, r->buf);
+        r->at = 0;
+    }
+    *c = r->buf[r->at++];
+    return true;
+}
+
 bool json_str_equal(const json_val *a, const json_val *b)
 {
     if (!a->escaped && !b->escaped)
         return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
-    uptr p = (uptr)a->p, pe = p + a->len, q = (uptr)b->p, qe = q + b->len;
-    unsigned char ca[4], cb[4];
-    while (p < pe && q < qe) {
-        size_t na = next_char(&p, ca), nb = next_char(&q, cb);
-        if (na != nb || memcmp(ca, cb, na) != 0)
+    str_reader ra = {(uptr)a->p, (uptr)a->p + a->len, {0}, 0, 0};
+    str_reader rb = {(uptr)b->p, (uptr)b->p + b->len, {0}, 0, 0};
+    unsigned char ca, cb;
+    for (;;) {
+        bool more_a = str_next(&ra, &ca), more_b = str_next(&rb, &cb);
+        if (more_a != more_b || (more_a && ca != cb))
             return false;
+        if (!more_a)
+            return true;
     }
-    return p == pe && q == qe;
 }

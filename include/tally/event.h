@@ -69,7 +69,21 @@ typedef struct tally_event {
  *   bad_json, too_large, bad_specversion, unknown_type, bad_time, future_time,
  *   missing:<attribute or data field>, bad_field:<attribute or data field>
  * and, from the ledger (which knows the rate cards): unknown_sku, no_price,
- * conflict. `detail` is a short human-readable explanation. */
+ * conflict. `detail` is a short human-readable explanation.
+ *
+ * Names in missing: and bad_field: are bare: attributes as in CloudEvents
+ * (missing:subject, bad_field:id), data fields without a "data." prefix
+ * (missing:sku, bad_field:cards); missing:data / bad_field:data concern the
+ * data attribute itself. A message with several faults gets the first of, in
+ * this order: too_large; bad_json (RFC 8259 syntax, invalid UTF-8, a lone
+ * surrogate, nesting deeper than 32 values, a duplicate key in the event or
+ * its data, more than 64 unknown members in either, or a top value that is
+ * not an object); specversion; type; id, source, subject; time
+ * (bad_time, then future_time); data; the data fields in the order of SPEC
+ * section 1's table. Strings must be non-empty, within their length (counted
+ * in bytes after unescaping) and free of control characters (U+0000-U+001F).
+ * Integers are JSON integers or strings of decimal digits, without sign,
+ * fraction, exponent, leading zero or white space, at most INT64_MAX. */
 typedef struct tally_reject {
     char reason[48];
     char detail[160];

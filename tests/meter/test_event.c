@@ -575,6 +575,25 @@ static void test_unknown_ignored(void **state)
 
 #define BRACKETS "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
 
+static void test_unknown_limit(void **state)
+{
+    tally_buf b;
+    tally_event ev;
+    const char *ok = message(0, NULL, NULL, NULL, NULL);
+    for (int n = 64; n <= 65; n++) {
+        tally_buf_init(&b, 0);
+        assert_int_equal(tally_buf_printf(&b, "%.*s", (int)strlen(ok) - 1, ok), TALLY_OK);
+        for (int i = 0; i < n; i++)
+            assert_int_equal(tally_buf_printf(&b, ",\"x%d\":%d", i, i), TALLY_OK);
+        put(&b, "}");
+        if (n == 64)
+            expect_ok(b.data, &ev);
+        else
+            expect_reject(b.data, "bad_json");
+        tally_buf_release(&b);
+    }
+}
+
 static void test_bad_json(void **state)
 {
     const char *ok = message(0, NULL, NULL, NULL, NULL);
@@ -593,6 +612,8 @@ static void test_bad_json(void **state)
         "{\"x\":1,\"y\":2,\"x\":3}",
         "{\"data\":{\"sku\":\"a\",\"sku\":\"a\"}}",
         "{\"data\":{\"u\":1,\"u\":1}}",
+        "{\"x\\u00e9\":1,\"x\xc3\xa9\":2}", /* the same key, spelt two ways */
+        "{\"data\":{\"\\u0073ku\":\"a\",\"sku\":\"b\"}}",
         "{\"id\":\"a\x01\"}",
         "{\"id\":\"a\\x\"}",
         "{\"id\":\"\xc3\x28\"}",
@@ -880,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_bad_attributes),
         cmocka_unit_test(test_bad_fields),
         cmocka_unit_test(test_unknown_ignored),
+        cmocka_unit_test(test_unknown_limit),
         cmocka_unit_test(test_bad_json),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_mutations),
