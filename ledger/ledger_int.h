@@ -79,4 +79,38 @@ tally_err ledger_post(tally_ledger *l, const char *kind, const char *ref, const 
  * TALLY_TOO_LARGE, TALLY_DB. */
 tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tally_buf *out);
 
+/* ---- outbox.c: announcements written with the change they announce ------- */
+
+/* Appends one outbox event (schemas/003_outbox.sql): the CloudEvent
+ * {"specversion":"1.0","id":event_id,"source":"tally","type":type,
+ * "subject":subject,"time":<the document's issued_at, else now>,
+ * "datacontenttype":"application/json","data":<doc, verbatim>} is built
+ * here, once. doc must be one JSON object (strict RFC 8259). Must be called
+ * INSIDE the caller's open transaction, so that the event commits or rolls
+ * back with the change it announces; event types and what each carries are
+ * in include/tally/outbox.h.
+ * Errors: TALLY_INVAL (no open transaction, empty names), TALLY_PARSE (doc),
+ * TALLY_EXISTS (event_id recorded with the same payload),
+ * TALLY_EXISTS_DIFFERENT (recorded with another), TALLY_NOMEM,
+ * TALLY_TOO_LARGE, TALLY_DB. */
+tally_err ledger_outbox_add(tally_ledger *l, const char *type, const char *subject,
+                            const char *event_id, const char *doc, size_t len);
+
+/* One-line helpers for the invoice engine, inside its transaction.
+ *
+ * ledger_outbox_invoice_finalized: "invoice.finalized", id
+ * "invoice.finalized:<invoice_id>", data = the invoice's canonical JSON.
+ * ledger_outbox_invoice_voided: two events, in this order:
+ * "creditnote.issued" (id "creditnote.issued:<cn_id>", data = the credit
+ * note's canonical JSON) and "invoice.voided" (id
+ * "invoice.voided:<invoice_id>", data = {"invoice_id","credit_note_id",
+ * "account","voided_at","credit_note":<the credit note's JSON>}).
+ * The document must name the same id and account (a wiring check).
+ * Errors: those of ledger_outbox_add; TALLY_INVAL when the document names
+ * another id or account, or is not a finalized document. */
+tally_err ledger_outbox_invoice_finalized(tally_ledger *l, const char *invoice_id,
+                                          const char *account, const char *doc, size_t len);
+tally_err ledger_outbox_invoice_voided(tally_ledger *l, const char *invoice_id, const char *cn_id,
+                                       const char *account, const char *cn_doc, size_t len);
+
 #endif
