@@ -11,7 +11,59 @@
  *
  * API keys are "tly_" followed by 43 base64url characters (32 random bytes).
  * Only their SHA-256 is stored (table api_keys); a presented key is hashed
- * and compared in constant time. */
+ * and compared in constant time. Revocation takes effect on the next request.
+ *
+ * ---- The API ----------------------------------------------------------------
+ *
+ * Every endpoint but /healthz and /metrics needs "Authorization: Bearer KEY".
+ * Answers are JSON unless noted; errors are {"error":{"code","message"}}.
+ *
+ *   POST /v1/events                          body: JSON array of CloudEvents
+ *   GET  /v1/accounts/{id}/usage?from=T&to=T[&by=sku|day|meter]
+ *   GET  /v1/accounts/{id}/balance
+ *   GET  /v1/accounts/{id}/invoices           {"account","invoices":[...]}
+ *   GET  /v1/invoices/{id}[?format=json|csv|html]
+ *   POST /v1/accounts/{id}/credits   (admin)  201 {"grant_id",...}
+ *        body {"amount","kind","currency"?,"priority"?,"effective_at"?,
+ *              "expires_at"?,"scope"?}
+ *   PUT  /v1/spot-prices/{sku}       (admin)  body {"price","from"}
+ *   GET  /healthz                             {"status":"ok"} (reads the ledger)
+ *   GET  /metrics                             Prometheus text
+ *
+ * Times are RFC 3339 (in a query, encode '+' as %2B). Money (amount, price)
+ * is a decimal string parsed exactly; a JSON number there is 400. Unknown
+ * body fields and query parameters are 400.
+ *
+ * Events: the body is one JSON array (not NDJSON) of at most 1,000 events.
+ * The answer is 200 {"request_id","results":[{"index","id"?,"status",
+ * "reason"?}]} with status accepted, duplicate, conflict or quarantined
+ * (direct ingest, one transaction, origin "http:<request-id>:<index>"), or
+ * produced / failed (with --brokers: produced to the topic keyed by account
+ * once the broker acknowledged it; any failure makes the answer 503 and the
+ * client retries, which dedupe by (source, id) makes safe). Elements that do
+ * not decode are quarantined with their reason in both modes. An account key
+ * may only send events for its own account: other subjects are answered
+ * "forbidden" per event and are neither stored, produced nor quarantined.
+ *
+ * Keys and tenants: an account key sees only its own account; a path naming
+ * another account, or an invoice id of another account, gets exactly the 404
+ * of something that does not exist. Admin keys see every account. Credits and
+ * spot prices need an admin key (403 for account keys, 401 without a key).
+ *
+ * Status codes: 400 malformed input, 401 missing/malformed/unknown/revoked
+ * key (with WWW-Authenticate), 403 admin route with an account key, 404
+ * unknown route or hidden/missing resource, 405 wrong method (with Allow),
+ * 409 conflicting state (currency mismatch, SKU without spot pricing), 413
+ * body over 1 MiB or more than 1,000 events, 503 ledger busy or Kafka
+ * delivery failed. Connections idle or slow for timeout_s are closed.
+ *
+ * /metrics needs no key: it holds totals only, never account ids. It has
+ * tally_http_responses_total{class}, tally_http_events_total{result},
+ * tally_batch_commit_seconds (histogram of this server's ingest commits),
+ * tally_ledger_events, tally_ledger_quarantined_total{reason} (ledger-wide,
+ * counted incrementally), and with --brokers tally_consumer_lag{topic,
+ * partition} (broker high watermark minus the offset stored in the ledger).
+ */
 #ifndef TALLY_SERVER_H
 #define TALLY_SERVER_H
 
