@@ -3,9 +3,9 @@
  * The checks run in a fixed order and stop at the first failure, which is
  * described as "<record>: <what is wrong>":
  *   1. SQLite's integrity_check;
- *   2. the triggers of schemas/001_init.sql (append-only guards and the
- *      balances trigger) exist with their original SQL;
- *   3. double entry: every posting belongs to an entry, every entry balances
+ *   2. the triggers of the migrations in schemas/ (append-only guards, the
+ *      balances trigger, ...) exist with their original SQL, and no others;
+ *   3. bookkeeping: every posting belongs to an entry, every entry balances
  *      per currency, debits equal credits per currency;
  *   4. every balances row equals the sum of its postings, and every posted
  *      ledger account has one;
@@ -102,10 +102,10 @@ static int sql_equal(const char *a, size_t alen, const char *b, size_t blen)
     }
 }
 
-/* The next "CREATE TRIGGER name ... END" in the schema text from *pos: its
+/* The next "CREATE TRIGGER name ... END" in a migration's text from *pos: its
  * name and statement (without the ';'). Returns 0 when there is none. */
-static int next_schema_trigger(const char *text, const char **pos, char *name, size_t cap,
-                               const char **stmt, size_t *len)
+static int next_schema_trigger(const char **pos, char *name, size_t cap, const char **stmt,
+                               size_t *len)
 {
     static const char kw[] = "CREATE TRIGGER ";
     const char *s = strstr(*pos, kw);
@@ -121,49 +121,103 @@ static int next_schema_trigger(const char *text, const char **pos, char *name, s
     *stmt = s;
     *len = (size_t)(end + 3 - s);
     *pos = end + 4;
-    (void)text;
     return 1;
 }
 
-static tally_err check_one_trigger(vctx *v, sqlite3_stmt *st, const char *name, const char *want,
-                                   size_t want_len)
+#define MAX_TRIGGERS 64
+
+typedef struct want_trigger {
+    char name[96];
+    const char *sql;
+    size_t len;
+} want_trigger;
+
+static int is_migration(const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(name, "schemas/", 8) == 0 && n > 12 && strcmp(name + n - 4, ".sql") == 0;
+}
+
+/* The triggers the migrations create, in order; a later definition of a
+ * name replaces an earlier one. Returns how many, or 0 on overflow. */
+static size_t schema_triggers(want_trigger *t)
+{
+    size_t n = 0;
+    for (const tally_embedded *f = tally_embedded_files; f->name; f++) {
+        if (!is_migration(f->name))
+            continue;
+        const char *pos = f->data, *stmt;
+        char name[96];
+        size_t len;
+        while (next_schema_trigger(&pos, name, sizeof name, &stmt, &len)) {
+            size_t i = 0;
+            while (i < n && strcmp(t[i].name, name) != 0)
+                i++;
+            if (i == MAX_TRIGGERS)
+                return 0;
+            n += i == n;
+            memcpy(t[i].name, name, sizeof name);
+            t[i].sql = stmt;
+            t[i].len = len;
+        }
+    }
+    return n;
+}
+
+static tally_err check_one_trigger(vctx *v, sqlite3_stmt *st, const want_trigger *t)
 {
     sqlite3_reset(st);
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 1, t->name, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_DONE)
         return fail(v, TALLY_TAMPERED, "trigger %s: missing (the ledger's protection was removed)",
-                    name);
+                    t->name);
     if (rc != SQLITE_ROW)
         return db_fail(v, ledger_sqlite_err(v->l, rc));
     const char *have = col_text(st, 0);
-    if (!sql_equal(have, strlen(have), want, want_len))
-        return fail(v, TALLY_TAMPERED, "trigger %s: definition differs from the schema's", name);
+    if (!sql_equal(have, strlen(have), t->sql, t->len))
+        return fail(v, TALLY_TAMPERED, "trigger %s: definition differs from the schema's", t->name);
     return TALLY_OK;
+}
+
+/* A trigger nobody's migration created could rewrite rows as they land. */
+static tally_err check_no_extra_triggers(vctx *v, const want_trigger *t, size_t n)
+{
+    sqlite3_stmt *st;
+    tally_err err = ledger_prepare(
+        v->l, "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name", &st);
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    int rc;
+    while (err == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = col_text(st, 0);
+        size_t i = 0;
+        while (i < n && strcmp(t[i].name, name) != 0)
+            i++;
+        if (i == n)
+            err = fail(v, TALLY_TAMPERED, "trigger %s: not part of Tally's schema", name);
+    }
+    if (err == TALLY_OK && rc != SQLITE_DONE)
+        err = db_fail(v, ledger_sqlite_err(v->l, rc));
+    sqlite3_finalize(st);
+    return err;
 }
 
 static tally_err check_triggers(vctx *v)
 {
-    const tally_embedded *schema = tally_embedded_find("schemas/001_init.sql");
-    if (!schema)
-        return fail(v, TALLY_INTERNAL, "schemas/001_init.sql is not compiled in");
+    want_trigger t[MAX_TRIGGERS];
+    size_t n = schema_triggers(t);
+    if (n == 0)
+        return fail(v, TALLY_INTERNAL, "the compiled-in migrations list no triggers");
     sqlite3_stmt *st;
     tally_err err = ledger_prepare(
         v->l, "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?1", &st);
     if (err != TALLY_OK)
         return db_fail(v, err);
-    const char *pos = schema->data, *stmt;
-    size_t len, seen = 0;
-    char name[96];
-    while (err == TALLY_OK &&
-           next_schema_trigger(schema->data, &pos, name, sizeof name, &stmt, &len)) {
-        err = check_one_trigger(v, st, name, stmt, len);
-        seen++;
-    }
+    for (size_t i = 0; err == TALLY_OK && i < n; i++)
+        err = check_one_trigger(v, st, &t[i]);
     sqlite3_finalize(st);
-    if (err == TALLY_OK && seen == 0)
-        err = fail(v, TALLY_INTERNAL, "schemas/001_init.sql lists no triggers");
-    return err;
+    return err == TALLY_OK ? check_no_extra_triggers(v, t, n) : err;
 }
 
 /* ---- 3-5, 7. checks written as SQL ---------------------------------------- */
@@ -171,7 +225,7 @@ static tally_err check_triggers(vctx *v)
 /* Each query returns one row per violation, its first column saying what is
  * wrong with which record; the first row (in the query's order) is reported. */
 static const char *const sql_checks_ledger[] = {
-    /* 3. double entry */
+    /* 3. bookkeeping: entries balance */
     "SELECT 'posting ' || p.id || ': entry ' || p.entry_id || ' does not exist' "
     "FROM postings p LEFT JOIN entries e ON e.id = p.entry_id WHERE e.id IS NULL "
     "ORDER BY p.id LIMIT 1",

@@ -268,6 +268,15 @@ static void test_triggers(void **state)
     exec_ok(l, "DROP TRIGGER postings_balance");
     expect(l, key, TALLY_TAMPERED, "trigger postings_balance: missing");
 
+    /* a trigger that is not Tally's could rewrite rows as they land */
+    l = build(V_GOOD);
+    exec_ok(l, "CREATE TRIGGER sneaky AFTER INSERT ON postings BEGIN SELECT 1; END;");
+    expect(l, key, TALLY_TAMPERED, "trigger sneaky: not part of Tally's schema");
+
+    l = build(V_GOOD);
+    exec_ok(l, "DROP TRIGGER grants_no_update");
+    expect(l, key, TALLY_TAMPERED, "trigger grants_no_update: missing");
+
     /* the same SQL restored is accepted */
     l = build(V_GOOD);
     exec_ok(l, DROP_INVOICE_TRIGGERS RESTORE_INVOICE_TRIGGERS);
