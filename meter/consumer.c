@@ -189,6 +189,7 @@ tally_err tally_consumer_create(tally_ledger *l, const tally_consumer_opts *opts
         return e;
     }
     c->st.lag = -1;
+    c->st.first_ms = c->st.last_ms = -1;
     *out = c;
     return TALLY_OK;
 }
@@ -271,38 +272,37 @@ static void warn_behind(tally_consumer *c, part *p, const rd_kafka_message_t *m)
             c->topic, (int)m->partition, (long long)m->offset, (long long)p->next);
 }
 
-/* Decodes one message into the chunk being filled; takes ownership of m. */
-static void take(tally_consumer *c, rd_kafka_message_t *m, int64_t now_s, int64_t now_ms)
+/* Decodes one message into the chunk being filled. */
+static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, int64_t now_ms)
 {
     chunk *k = &c->chunks[c->fill];
     part *p = group_part(c, m->partition);
-    if (m->err || c->drop_rest || !p || !p->assigned || k->n == k->cap) {
-        if (m->err)
-            on_error(c, m);
-        rd_kafka_message_destroy(m);
+    if (m->err) {
+        on_error(c, m);
         return;
     }
+    if (c->drop_rest || !p || !p->assigned || k->n == k->cap)
+        return;
     if (p->next >= 0 && m->offset < p->next) {
         warn_behind(c, p, m);
-        rd_kafka_message_destroy(m);
         return;
     }
-    if (p->gen != k->gen && add_off(k, m->partition)) {
+    item *it = &k->items[k->n];
+    if ((p->gen != k->gen && add_off(k, m->partition)) || chunk_copy(k, it, m)) {
         c->fatal = TALLY_NOMEM;
-        rd_kafka_message_destroy(m);
         return;
     }
     p->gen = k->gen;
-    item *it = &k->items[k->n++];
+    k->n++;
     tally_reject rej;
-    const char *raw = m->payload ? (const char *)m->payload : "";
-    it->m = m;
-    it->is_event = tally_event_decode(raw, m->len, now_s, &it->u.ev, &rej) == TALLY_OK;
+    const char *raw = k->arena + it->raw_off;
+    it->is_event = tally_event_decode(raw, it->raw_len, now_s, &it->u.ev, &rej) == TALLY_OK;
     if (!it->is_event)
         it->u.rej = rej;
     if (k->n == 1)
         k->first_ms = now_ms;
-    k->bytes += m->len;
+    if (c->st.first_ms < 0)
+        c->st.first_ms = now_ms - c->start_ms;
     p->next = m->offset + 1;
     c->last_msg_ms = now_ms;
 }
@@ -346,7 +346,7 @@ static void progress_tick(tally_consumer *c, tally_consumer_progress_fn fn, void
 static void consume_once(tally_consumer *c, rd_kafka_message_t **msgs)
 {
     chunk *k = &c->chunks[c->fill];
-    if (k->n == k->cap || k->bytes >= CHUNK_MAX_BYTES) {
+    if (k->n == k->cap || k->arena_len >= CHUNK_MAX_BYTES) {
         pipeline_seal(c, false);
         return;
     }
@@ -356,8 +356,10 @@ static void consume_once(tally_consumer *c, rd_kafka_message_t **msgs)
                                              room < CONSUME_MAX ? room : CONSUME_MAX);
     int64_t now_ms = cons_now_ms();
     int64_t now_s = tally_now_s();
-    for (ssize_t i = 0; i < n; i++)
+    for (ssize_t i = 0; i < n; i++) {
         take(c, msgs[i], now_s, now_ms);
+        rd_kafka_message_destroy(msgs[i]);
+    }
     pipeline_collect(c, false);
     k = &c->chunks[c->fill];
     if (k->n > 0 && !c->in_flight && now_ms - k->first_ms >= c->o.batch_ms)
@@ -383,7 +385,7 @@ tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
         free(msgs);
         return TALLY_NOMEM;
     }
-    int64_t start_ms = cons_now_ms();
+    int64_t start_ms = c->start_ms = cons_now_ms();
     c->next_progress_ms = start_ms + PROGRESS_MS;
     while (!(stop && *stop) && !c->fatal) {
         consume_once(c, msgs);

@@ -25,6 +25,7 @@ void chunk_free(chunk *k)
 {
     chunk_drop(k);
     free(k->items);
+    free(k->arena);
     free(k->results);
     free(k->offs);
     memset(k, 0, sizeof *k);
@@ -32,16 +33,43 @@ void chunk_free(chunk *k)
 
 static void release_messages(chunk *k)
 {
-    for (size_t i = 0; i < k->n; i++)
-        rd_kafka_message_destroy(k->items[i].m);
     k->n = 0;
-    k->bytes = 0;
+    k->arena_len = 0;
 }
 
 void chunk_drop(chunk *k)
 {
     release_messages(k);
     k->n_offs = 0;
+}
+
+static tally_err arena_put(chunk *k, const void *data, size_t len, size_t *off)
+{
+    if (len > k->arena_cap - k->arena_len) {
+        size_t cap = k->arena_cap ? k->arena_cap : (size_t)1 << 20;
+        while (len > cap - k->arena_len)
+            cap *= 2;
+        char *a = realloc(k->arena, cap);
+        if (!a)
+            return TALLY_NOMEM;
+        k->arena = a;
+        k->arena_cap = cap;
+    }
+    if (len)
+        memcpy(k->arena + k->arena_len, data, len);
+    *off = k->arena_len;
+    k->arena_len += len;
+    return TALLY_OK;
+}
+
+tally_err chunk_copy(chunk *k, item *it, const rd_kafka_message_t *m)
+{
+    it->partition = m->partition;
+    it->offset = m->offset;
+    it->key_len = m->key_len;
+    it->raw_len = m->len;
+    tally_err e = arena_put(k, m->key, m->key_len, &it->key_off);
+    return e ? e : arena_put(k, m->payload, m->len, &it->raw_off);
 }
 
 void pipeline_drop_fill(tally_consumer *c)
@@ -80,14 +108,15 @@ static void stored_reason(tally_consumer *c, const char *origin, char *reason)
                 tally_ledger_errmsg(c->l));
 }
 
-static bool dlq_produce(tally_consumer *c, const rd_kafka_message_t *m, const char *reason,
+static bool dlq_produce(tally_consumer *c, const chunk *k, const item *it, const char *reason,
                         const char *origin)
 {
     for (int tries = 0; tries < DLQ_RETRIES; tries++) {
         rd_kafka_resp_err_t err = rd_kafka_producev(
-            c->dlq, RD_KAFKA_V_TOPIC(c->dlq_topic), RD_KAFKA_V_KEY(m->key, m->key_len),
-            RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-            RD_KAFKA_V_HEADER("tally-reason", reason, -1),
+            c->dlq, RD_KAFKA_V_TOPIC(c->dlq_topic),
+            RD_KAFKA_V_KEY(k->arena + it->key_off, it->key_len),
+            RD_KAFKA_V_VALUE(k->arena + it->raw_off, it->raw_len),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADER("tally-reason", reason, -1),
             RD_KAFKA_V_HEADER("tally-origin", origin, -1), RD_KAFKA_V_END);
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
             return true;
@@ -114,14 +143,14 @@ static void dlq_chunk(tally_consumer *c, chunk *k)
         if (r != TALLY_RESULT_QUARANTINED && r != TALLY_RESULT_CONFLICT)
             continue;
         const item *it = &k->items[i];
-        origin_format(c, it->m->partition, it->m->offset, origin);
+        origin_format(c, it->partition, it->offset, origin);
         if (r == TALLY_RESULT_CONFLICT)
             snprintf(reason, sizeof reason, "conflict");
         else if (!it->is_event)
             snprintf(reason, sizeof reason, "%s", it->u.rej.reason);
         else
             stored_reason(c, origin, reason);
-        if (dlq_produce(c, it->m, reason, origin))
+        if (dlq_produce(c, k, it, reason, origin))
             k->dlq++;
     }
     rd_kafka_poll(c->dlq, 0);
@@ -134,11 +163,11 @@ static tally_err queue_chunk(tally_consumer *c, chunk *k)
     char origin[ORIGIN_MAX];
     for (size_t i = 0; i < k->n; i++) {
         const item *it = &k->items[i];
-        const char *raw = it->m->payload ? (const char *)it->m->payload : "";
-        origin_format(c, it->m->partition, it->m->offset, origin);
+        const char *raw = k->arena + it->raw_off;
+        origin_format(c, it->partition, it->offset, origin);
         tally_err e = it->is_event
-                          ? tally_batch_add_event(c->b, &it->u.ev, raw, it->m->len, origin)
-                          : tally_batch_add_reject(c->b, &it->u.rej, raw, it->m->len, origin);
+                          ? tally_batch_add_event(c->b, &it->u.ev, raw, it->raw_len, origin)
+                          : tally_batch_add_reject(c->b, &it->u.rej, raw, it->raw_len, origin);
         if (e)
             return e;
     }
@@ -237,6 +266,7 @@ static void finish(tally_consumer *c, chunk *k)
         c->st.quarantined += k->st.quarantined;
         c->st.dlq += k->dlq;
         c->st.batches++;
+        c->st.last_ms = cons_now_ms() - c->start_ms;
         group_commit_kafka(c, k);
     } else if (k->err == TALLY_STALE || k->err == TALLY_BUSY) {
         c->st.stale++;

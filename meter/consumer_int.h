@@ -25,9 +25,13 @@
 #define CHUNK_MAX_BYTES ((size_t)64 << 20) /* payload bytes held by one chunk */
 #define ORIGIN_MAX      320                /* "kafka:" topic(<=249) "/" p "@" offset */
 
-/* One consumed message, decoded. */
+/* One consumed message, decoded. Its key and value are copied into the
+ * chunk's arena, so the Kafka message (which pins its whole fetch response)
+ * is released at once. */
 typedef struct item {
-    rd_kafka_message_t *m; /* held until its chunk is committed or dropped */
+    int32_t partition;
+    int64_t offset;
+    size_t raw_off, raw_len, key_off, key_len; /* in the chunk's arena */
     bool is_event;
     union {
         tally_event ev;
@@ -44,7 +48,8 @@ typedef struct chunk_off {
 typedef struct chunk {
     item *items;
     size_t n, cap;
-    size_t bytes;
+    char *arena; /* keys and values of the items */
+    size_t arena_len, arena_cap;
     chunk_off *offs;
     size_t n_offs, offs_cap;
     uint64_t gen;     /* marks partitions touched by this filling */
@@ -100,6 +105,7 @@ struct tally_consumer {
     bool quit;
 
     tally_consumer_stats st;
+    int64_t start_ms;         /* when tally_consumer_run began */
     int64_t last_msg_ms;      /* last message taken, or the last assignment */
     int64_t last_error_ms;    /* last Kafka error reported */
     int64_t next_progress_ms; /* when progress is due */
@@ -113,10 +119,13 @@ int64_t cons_now_ms(void);
 /* consumer_chunk.c */
 tally_err chunk_init(chunk *k, size_t cap);
 void chunk_free(chunk *k);
-/* Releases the chunk's messages and empties it (nothing is committed). */
+/* Copies a message's key and value into k's arena (the item's offsets).
+ * Errors: TALLY_NOMEM. */
+tally_err chunk_copy(chunk *k, item *it, const rd_kafka_message_t *m);
+/* Empties the chunk (nothing is committed). */
 void chunk_drop(chunk *k);
 /* Queues k into the batch, commits it, produces dead-letter copies and
- * releases its messages; the outcome is left in k. Commit-thread side. */
+ * empties it; the outcome is left in k. Commit-thread side. */
 void chunk_commit(tally_consumer *c, chunk *k);
 tally_err pipeline_start(tally_consumer *c);
 void pipeline_stop(tally_consumer *c);

@@ -102,6 +102,8 @@ typedef struct tally_consumer_stats {
     int64_t rebalances;  /* assignments received */
     int64_t partitions;  /* partitions assigned now */
     int64_t lag;         /* messages behind the high watermarks; -1: unknown */
+    int64_t first_ms;    /* from the start of the run to the first message; -1: none */
+    int64_t last_ms;     /* from the start of the run to the last commit; -1: none */
 } tally_consumer_stats;
 
 /* Called about once a second from tally_consumer_run. */
