@@ -382,7 +382,8 @@ static tally_err load_accounts(run *r, tally_account **out, size_t *n)
 static tally_err check_key(run *r)
 {
     char sig[129];
-    tally_err e = tally_sign_hash(r->o->key_path, INV_ZERO_HASH, sig);
+    tally_err e =
+        r->o->key_path ? tally_sign_hash(r->o->key_path, INV_ZERO_HASH, sig) : TALLY_NOT_FOUND;
     if (e)
         snprintf(r->why, r->cap, "signing key %s: %s (create one with 'tally keygen')",
                  r->o->key_path ? r->o->key_path : "(none)", tally_err_str(e));

@@ -281,7 +281,7 @@ tally_err tally_invoice_void(tally_ledger *l, const char *id, const char *reason
     char sig[129];
     if (!id || !reason)
         return TALLY_INVAL;
-    tally_err e = tally_sign_hash(key_path, INV_ZERO_HASH, sig);
+    tally_err e = key_path ? tally_sign_hash(key_path, INV_ZERO_HASH, sig) : TALLY_NOT_FOUND;
     if (e)
         return TALLY_CRYPTO;
     voided v = {0};
