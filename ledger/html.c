@@ -533,34 +533,48 @@ static void line_row(html_w *w, json_object *ln)
     hw_raw(w, "</b></td></tr>");
 }
 
-/* The lines, grouped by meter in the order meters first appear. */
+static bool known_meter(const char *m)
+{
+    for (size_t i = 0; i < sizeof meter_labels / sizeof meter_labels[0]; i++)
+        if (strcmp(meter_labels[i].name, m) == 0)
+            return true;
+    return false;
+}
+
+/* The lines of one meter (NULL: of meters this page does not know) under a
+ * group heading, if there are any. */
+static void meter_group(html_w *w, const view *v, const char *meter)
+{
+    bool heading = false;
+    for (size_t j = 0; j < json_object_array_length(v->lines); j++) {
+        json_object *ln = json_object_array_get_idx(v->lines, j);
+        const char *m = jget(ln, "meter");
+        if (meter ? strcmp(m, meter) != 0 : known_meter(m))
+            continue;
+        if (!heading) {
+            hw_raw(w, "<tr class=\"group\"><td colspan=\"6\">");
+            hw_esc(w, meter ? LOOKUP(meter_labels, meter) : "Other");
+            hw_raw(w, "</td></tr>");
+            heading = true;
+        }
+        line_row(w, ln);
+    }
+}
+
+/* The lines, grouped by meter (accelerators, storage, traffic, tokens). */
 static void page_lines(html_w *w, const view *v)
 {
-    size_t n = json_object_array_length(v->lines);
     hw_raw(w, "<section class=\"section\"><h2>Charges</h2><table><thead><tr><th>#</th>"
               "<th>Description</th><th class=\"r\">Quantity</th><th class=\"r\">Unit price</th>"
               "<th class=\"r\">Paid by credit</th><th class=\"r\">Amount (");
     hw_esc(w, v->currency);
     hw_raw(w, ")</th></tr></thead><tbody>");
-    if (n == 0)
+    if (json_object_array_length(v->lines) == 0)
         hw_raw(w, "<tr><td></td><td colspan=\"5\" class=\"muted\">No charges in this period."
                   "</td></tr>");
-    for (size_t i = 0; i < n; i++) {
-        const char *meter = jget(json_object_array_get_idx(v->lines, i), "meter");
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(jget(json_object_array_get_idx(v->lines, j), "meter"), meter) == 0;
-        if (seen)
-            continue;
-        hw_raw(w, "<tr class=\"group\"><td colspan=\"6\">");
-        hw_esc(w, LOOKUP(meter_labels, meter));
-        hw_raw(w, "</td></tr>");
-        for (size_t j = i; j < n; j++) {
-            json_object *ln = json_object_array_get_idx(v->lines, j);
-            if (strcmp(jget(ln, "meter"), meter) == 0)
-                line_row(w, ln);
-        }
-    }
+    for (size_t g = 0; g < sizeof meter_labels / sizeof meter_labels[0]; g++)
+        meter_group(w, v, meter_labels[g].name);
+    meter_group(w, v, NULL);
     hw_raw(w, "</tbody></table>");
 }
 

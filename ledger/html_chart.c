@@ -212,9 +212,12 @@ void html_usage_chart(html_w *w, tally_ledger *l, const char *account, const cha
         w->e = TALLY_NOMEM;
         return;
     }
-    tally_err e = make_days(d, tz, start_s, end_s);
-    if (e == TALLY_OK && d->n > 0)
-        e = load_usage(l, d, account, start_s, end_s);
+    if (make_days(d, tz, start_s, end_s) != TALLY_OK) {
+        /* a time zone this system cannot resolve: the page is still useful */
+        hw_raw(w, "<p class=\"muted\">The usage chart is not available: unknown time zone.</p>");
+        goto out_days;
+    }
+    tally_err e = load_usage(l, d, account, start_s, end_s);
     if (e != TALLY_OK) {
         w->e = e;
         goto out_days;

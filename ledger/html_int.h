@@ -33,8 +33,8 @@ const char *html_unit_plural(const char *unit, char *buf, size_t cap);
 
 /* Appends the usage chart of an account over [start_s, end_s): one bar chart
  * per meter with usage, a bar per local day in tz (inline SVG). Reads
- * usage_intervals and usage_points. Errors (in w->e): TALLY_DB, TALLY_INVAL
- * (time zone), TALLY_NOMEM. */
+ * usage_intervals and usage_points. A time zone that cannot be resolved gives
+ * a note instead of the chart. Errors (in w->e): TALLY_DB, TALLY_NOMEM. */
 void html_usage_chart(html_w *w, tally_ledger *l, const char *account, const char *tz,
                       int64_t start_s, int64_t end_s);
 

@@ -337,6 +337,16 @@ static void test_bad_documents(void **state)
     assert_null(strstr(h.data, "<x>"));
     assert_null(strstr(h.data, "<1>"));
     assert_non_null(strstr(h.data, "1e9"));
+    assert_non_null(strstr(h.data, "<td colspan=\"6\">Other</td>"));
+    /* a time zone that does not resolve: the page without its chart */
+    const char tz[] = "{\"invoice_id\":\"x\",\"account\":\"acme\",\"currency\":\"CNY\","
+                      "\"status\":\"draft\",\"period\":{\"label\":\"2026-03\",\"start\":"
+                      "\"2026-03-01T00:00:00Z\",\"end\":\"2026-04-01T00:00:00Z\",\"timezone\":"
+                      "\"Mars/Olympus\"},\"lines\":[],\"credits_applied\":[]}";
+    tally_buf_reset(&h);
+    assert_int_equal(ledger_invoice_html(ledger, tz, sizeof tz - 1, &h), TALLY_OK);
+    assert_well_formed(h.data);
+    assert_non_null(strstr(h.data, "chart is not available"));
     tally_buf_release(&h);
 }
 
