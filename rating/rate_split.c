@@ -75,6 +75,8 @@ tally_err rate_prepare(rate_ctx *c)
     size_t n_bounds = 0, n_cuts = 0;
 
     /* 2 bounds per grant + the start; cuts add one per card */
+    if (in->n_grants > SIZE_MAX / 4 || in->n_cards > SIZE_MAX / 4 || in->n_spot == SIZE_MAX)
+        return TALLY_NOMEM;
     c->epochs = calloc(2 * in->n_grants + 2, sizeof *c->epochs);
     c->cuts = calloc(2 * in->n_grants + in->n_cards + 1, sizeof *c->cuts);
     c->spot = calloc(in->n_spot + 1, sizeof *c->spot);
