@@ -2,7 +2,10 @@
  * chain, signatures, append-only triggers, SQLite integrity). Exit 0 only if
  * everything holds; otherwise the first bad record is named on stderr and
  * the exit status is 1. */
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "tally/sign.h"
@@ -15,6 +18,9 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
         cli_usage(ctx, true);
         return cli_error(ctx, CLI_USAGE, "unexpected argument '%s'", argv[1]);
     }
+    /* Opening creates a missing ledger; an empty new one would "verify". */
+    if (access(ctx->db_path, F_OK) != 0)
+        return cli_error(ctx, CLI_FAIL, "no ledger at %s: %s", ctx->db_path, strerror(errno));
     tally_ledger *l = NULL;
     int rc = cli_open_ledger(ctx, &l);
     if (rc)

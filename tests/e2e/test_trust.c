@@ -134,6 +134,12 @@ static void test_verify_real_ledger(void **state)
     assert_int_equal(
         tu_sh(NULL, "cd '%s' && '%s' --key tally.key pubkey > pub.pem", dir, TALLY_BINARY), 0);
     assert_int_equal(tally(&out, "tally.db", "pub.pem", "verify"), 0);
+    /* no ledger: not created, not "verified" */
+    assert_int_equal(tally(&out, "typo.db", "tally.key", "verify"), 1);
+    assert_non_null(strstr(out.data, "no ledger at typo.db"));
+    char typo[700];
+    snprintf(typo, sizeof typo, "%s/typo.db", dir);
+    assert_int_equal(access(typo, F_OK), -1);
     /* no key: says what is needed */
     assert_int_equal(tally(&out, "tally.db", "nokey.pem", "verify"), 1);
     assert_non_null(strstr(out.data, "needs the public key"));
