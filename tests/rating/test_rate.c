@@ -487,6 +487,28 @@ static void credit_is_exact_per_window(void **state)
     fx_free(f);
 }
 
+/* What a grant paid is taken from the earliest usage in its window, so an
+ * overlapping later grant pays only what is left inside its own window. */
+static void overlapping_windows_never_pay_twice(void **state)
+{
+    fx *f = fx_march();
+    ADD_GR(f, grant(1, TALLY_GRANT_TRIAL, 10, T_2026_03, MAR(15, 0, 0), 100000));
+    ADD_GR(f, grant(2, TALLY_GRANT_GOODWILL, 20, MAR(10, 0, 0), T_2026_04, 100000));
+    ADD_IV(f, accel("i-1", "tpu-v4-64", OD, 1, MAR(5, 0, 0), MAR(5, 1, 0)));
+    ADD_IV(f, accel("i-1", "tpu-v4-64", OD, 1, MAR(12, 0, 0), MAR(12, 1, 0)));
+    fx_ok(f);
+    assert_int_equal(used_by(f, 1), 380); /* both hours lie in its window */
+    assert_int_equal(used_by(f, 2), 0);
+
+    f->gr[0].remaining_minor = 100; /* pays 1.00 of the 5 March hour */
+    fx_ok(f);
+    assert_int_equal(used_by(f, 1), 100);
+    assert_int_equal(used_by(f, 2), 190); /* the 12 March hour, untouched by grant 1 */
+    assert_int_equal(f->out.amount_due_minor, 90);
+    check_totals(f);
+    fx_free(f);
+}
+
 static void scoped_coupon_pays_reserved_only(void **state)
 {
     fx *f = fx_march();
@@ -812,6 +834,7 @@ int main(void)
         cmocka_unit_test(insurance_waiver_nets_zero),
         cmocka_unit_test(trial_expiring_mid_month),
         cmocka_unit_test(credit_is_exact_per_window),
+        cmocka_unit_test(overlapping_windows_never_pay_twice),
         cmocka_unit_test(scoped_coupon_pays_reserved_only),
         cmocka_unit_test(grant_order_priority_expiry_age),
         cmocka_unit_test(invoice_never_negative),
