@@ -86,12 +86,12 @@ TALLY_MUST_CHECK tally_err tally_ratecard_check_event(const tally_ratecard *cons
 
 /* Accelerator or storage usage: weight (cards or bytes) held over [start, end). */
 typedef struct tally_interval {
-    tally_meter meter;              /* ACCELERATOR or STORAGE */
-    tally_pricing pricing;          /* accelerator only */
-    bool migration;                 /* accelerator only */
-    char resource[TALLY_NAME_MAX];  /* instance or volume */
-    char dim[TALLY_NAME_MAX];       /* sku or storage class */
-    int64_t weight;                 /* cards or bytes */
+    tally_meter meter;             /* ACCELERATOR or STORAGE */
+    tally_pricing pricing;         /* accelerator only */
+    bool migration;                /* accelerator only */
+    char resource[TALLY_NAME_MAX]; /* instance or volume */
+    char dim[TALLY_NAME_MAX];      /* sku or storage class */
+    int64_t weight;                /* cards or bytes */
     int64_t start_s, end_s;
 } tally_interval;
 
@@ -202,7 +202,7 @@ typedef struct tally_credit_use {
 
 typedef struct tally_rating_input {
     const char *account;
-    int minor_digits;                  /* of the account's currency */
+    int minor_digits;                     /* of the account's currency */
     int64_t period_start_s, period_end_s; /* [start, end) in UTC seconds */
     const tally_ratecard *const *cards;   /* sorted by effective_from_s */
     size_t n_cards;
@@ -234,15 +234,17 @@ typedef struct tally_rating_result {
     size_t n_credits;
     int64_t subtotal_minor;      /* sum of line amounts */
     int64_t total_credits_minor; /* sum of credits; never more than subtotal */
-    int64_t amount_due_minor;    /* subtotal - credits, >= 0 */
+    int64_t amount_due_minor;    /* subtotal - credits; >= 0 unless negative adjustment
+                                    lines push the subtotal below zero (then no credit
+                                    is applied and the negative amount is shown) */
 } tally_rating_result;
 
 /* Rates one account's period. Allocates out's arrays; release them with
  * tally_rating_result_release(). On error, *why (cap bytes) names the
  * first usage that could not be priced and out holds nothing.
  * Errors: TALLY_NO_PRICE, TALLY_OVERFLOW, TALLY_NOMEM, TALLY_INVAL. */
-TALLY_MUST_CHECK tally_err tally_rate_period(const tally_rating_input *in,
-                                             tally_rating_result *out, char *why, size_t cap);
+TALLY_MUST_CHECK tally_err tally_rate_period(const tally_rating_input *in, tally_rating_result *out,
+                                             char *why, size_t cap);
 void tally_rating_result_release(tally_rating_result *r);
 
 /* Adjustments for late usage: given the lines a period rates to now and the
