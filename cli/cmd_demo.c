@@ -30,6 +30,7 @@ typedef struct demo {
     char self[1024];
     char bootstrap[256];
     pid_t broker;
+    pid_t meter;
     long produced;
 } demo;
 
@@ -84,7 +85,7 @@ static int start_broker(demo *d)
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
-        execl(d->self, d->self, "broker", "--partitions", "4", (char *)NULL);
+        execl(d->self, d->self, "broker", "--partitions", "8", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -132,6 +133,32 @@ static tally_err count_and_produce(void *ctx, const char *key, const char *msg, 
     return produce_one(pair[0], key, msg, len);
 }
 
+/* Waits until the demo's consumer group is stable with a member, so nothing
+ * is produced before the meter consumes: the embedded broker drops a
+ * partition's oldest messages once it holds a few megabytes. */
+static int wait_group(demo *d, rd_kafka_t *rk)
+{
+    for (int tries = 0; tries < 600; tries++) {
+        const struct rd_kafka_group_list *gl = NULL;
+        bool stable = false;
+        if (rd_kafka_list_groups(rk, "tally-demo", &gl, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            for (int i = 0; i < gl->group_cnt; i++)
+                stable |=
+                    strcmp(gl->groups[i].state, "Stable") == 0 && gl->groups[i].member_cnt > 0;
+            rd_kafka_group_list_destroy(gl);
+        }
+        if (stable)
+            return CLI_OK;
+        int st = 0;
+        if (waitpid(d->meter, &st, WNOHANG) == d->meter) {
+            d->meter = 0;
+            return cli_error(d->ctx, CLI_FAIL, "the meter exited before joining (status %d)", st);
+        }
+        usleep(100 * 1000);
+    }
+    return cli_error(d->ctx, CLI_FAIL, "the meter did not join its consumer group in time");
+}
+
 static int produce(demo *d)
 {
     char err[256];
@@ -145,6 +172,11 @@ static int produce(demo *d)
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
     if (!rk)
         return cli_error(d->ctx, CLI_FAIL, "producer: %s", err);
+    int rc = wait_group(d, rk);
+    if (rc) {
+        rd_kafka_destroy(rk);
+        return rc;
+    }
     void *pair[2] = {rk, &d->produced};
     tally_err e = demo_stream(count_and_produce, pair);
     rd_kafka_resp_err_t ferr = rd_kafka_flush(rk, 30000);
@@ -155,7 +187,9 @@ static int produce(demo *d)
     return CLI_OK;
 }
 
-static int run_meter(demo *d)
+/* Starts the meter first, so it consumes while the stream is produced: the
+ * embedded broker keeps only about 5 MB per partition. */
+static int start_meter(demo *d)
 {
     fflush(stdout);
     pid_t pid = fork();
@@ -163,12 +197,21 @@ static int run_meter(demo *d)
         return cli_error(d->ctx, CLI_FAIL, "fork: %s", strerror(errno));
     if (pid == 0) {
         execl(d->self, d->self, "--db", d->db, "meter", "--brokers", d->bootstrap, "--topic",
-              "usage", "--group", "tally-demo", "--dlq-topic", "usage-dlq", "--until-idle", "2",
+              "usage", "--group", "tally-demo", "--dlq-topic", "usage-dlq", "--until-idle", "5",
               (char *)NULL);
         _exit(127);
     }
+    d->meter = pid;
+    return CLI_OK;
+}
+
+static int wait_meter(demo *d)
+{
     int st = 0;
-    waitpid(pid, &st, 0);
+    if (d->meter <= 0)
+        return CLI_FAIL;
+    waitpid(d->meter, &st, 0);
+    d->meter = 0;
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         return cli_error(d->ctx, CLI_FAIL, "the meter failed (status %d)", st);
     return CLI_OK;
@@ -224,13 +267,23 @@ static int steps(demo *d)
     printf("== 2. embedded broker\n");
     if ((rc = start_broker(d)))
         return rc;
-    printf("   bootstrap %s\n== 3. producing the fixture stream\n", d->bootstrap);
-    if ((rc = produce(d)))
+    printf("   bootstrap %s\n== 3. metering (exactly once, until idle) while producing the "
+           "fixture stream\n",
+           d->bootstrap);
+    if ((rc = start_meter(d)))
         return rc;
-    printf("   %ld messages\n== 4. metering (exactly once, until idle)\n", d->produced);
-    if ((rc = run_meter(d)))
+    rc = produce(d);
+    if (rc) {
+        if (d->meter > 0) {
+            kill(d->meter, SIGTERM);
+            wait_meter(d);
+        }
         return rc;
-    printf("== 5. invoices for %s\n", DEMO_PERIOD);
+    }
+    printf("   produced %ld messages\n", d->produced);
+    if ((rc = wait_meter(d)))
+        return rc;
+    printf("== 4. invoices for %s\n", DEMO_PERIOD);
     const char *args[8];
     memcpy(args, inv, sizeof inv);
     args[6] = d->out;

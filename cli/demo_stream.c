@@ -139,9 +139,9 @@ static tally_err nebula(gen *g)
 
 static tally_err orbit(gen *g)
 {
-    /* 4 committed h100 cards all month; used for 10 days in 60-second events... */
+    /* 4 committed h100 cards all month; used for 10 days in 5-minute events... */
     tally_err e = run(g, "orbit-research", "gpu-node-31", "i-orbit-pretrain", "h100", "reserved", 4,
-                      T("2026-03-02T00:00:00Z"), 10 * 1440, 60, 0);
+                      T("2026-03-02T00:00:00Z"), 10 * 288, 300, 0);
     /* ...with a 2-hour burst of 2 more cards above the commitment (overage). */
     if (!e)
         e = run(g, "orbit-research", "gpu-node-32", "i-orbit-burst", "h100", "reserved", 2,
