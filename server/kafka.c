@@ -18,7 +18,7 @@
 
 #define FLUSH_MS       5000
 #define MSG_TIMEOUT_MS "15000"
-#define WATERMARK_MS   1000
+#define WATERMARK_MS   2000
 #define SAFETY_POLL_US 200000
 
 struct srv_kafka {
