@@ -118,16 +118,22 @@ static tally_err is_late(inv_gatherer *g, const char *account, int64_t start, in
     return e;
 }
 
-/* Re-rates period p and appends its differences to what was billed. */
-static tally_err adjust_period(inv_gatherer *g, const tally_account *acct, const char *p,
-                               int64_t seq, inv_input *scratch, tally_line **lines, size_t *n,
-                               size_t *cap, char *why, size_t why_cap)
+/* One row of the history query: an earlier live invoice. */
+typedef struct past {
+    int64_t seq;
+    char period[8];
+    char timezone[64]; /* as invoiced: the account's zone may have changed since */
+    int64_t billed_to;
+} past;
+
+/* Re-rates the period of h over [start, end) and appends its differences to what was billed. */
+static tally_err adjust_period(inv_gatherer *g, const tally_account *acct, const past *h,
+                               int64_t start, int64_t end, inv_input *scratch, tally_line **lines,
+                               size_t *n, size_t *cap, char *why, size_t why_cap)
 {
-    int64_t start, end;
-    tally_err e = tally_period_bounds(p, acct->timezone, &start, &end);
-    if (e)
-        return e;
-    e = inv_gather(g, acct, start, end, false, scratch);
+    const char *p = h->period;
+    int64_t seq = h->seq;
+    tally_err e = inv_gather(g, acct, start, end, false, scratch);
     if (e)
         return e;
     tally_rating_result now = {0};
@@ -147,13 +153,6 @@ static tally_err adjust_period(inv_gatherer *g, const tally_account *acct, const
     tally_rating_result_release(&now);
     return e;
 }
-
-/* One row of the history query: an earlier live invoice. */
-typedef struct past {
-    int64_t seq;
-    char period[8];
-    int64_t billed_to;
-} past;
 
 static tally_err load_history(inv_gatherer *g, const char *account, const char *period, past **out,
                               size_t *n)
@@ -180,7 +179,8 @@ static tally_err load_history(inv_gatherer *g, const char *account, const char *
         past *h = &(*out)[(*n)++];
         h->seq = sqlite3_column_int64(st, 0);
         col_text(st, 1, h->period, sizeof h->period);
-        h->billed_to = sqlite3_column_int64(st, 2);
+        col_text(st, 2, h->timezone, sizeof h->timezone);
+        h->billed_to = sqlite3_column_int64(st, 3);
     }
     if (!e && rc != SQLITE_DONE)
         e = ledger_sqlite_err(inv_gatherer_ledger(g), rc);
@@ -220,12 +220,12 @@ tally_err inv_adjustments(inv_gatherer *g, const tally_account *acct, const char
     for (size_t i = 0; !e && i < n_hist; i++) {
         int64_t start, end;
         bool late = false;
-        e = tally_period_bounds(hist[i].period, acct->timezone, &start, &end);
+        const char *tz = hist[i].timezone[0] ? hist[i].timezone : acct->timezone;
+        e = tally_period_bounds(hist[i].period, tz, &start, &end);
         if (!e)
             e = is_late(g, acct->id, start, end, hist[i].billed_to, &late);
         if (!e && late)
-            e = adjust_period(g, acct, hist[i].period, hist[i].seq, scratch, lines, n, cap, why,
-                              why_cap);
+            e = adjust_period(g, acct, &hist[i], start, end, scratch, lines, n, cap, why, why_cap);
     }
     free(hist);
     return e;

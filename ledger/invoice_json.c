@@ -89,7 +89,7 @@ tally_err inv_i128_parse(const char *s, __int128 *out)
 }
 
 /* A JSON writer with a sticky error: after the first failure every call is a
- * no-op and the error is returned at the end. A key or array element gets a
+ * no-op and the error is returned at the end. A key or array element is given a
  * leading comma unless it opens its object or array. */
 typedef struct jw {
     tally_buf *b;

@@ -1,5 +1,5 @@
 /* Finalized documents: numbering, the hash chain, the stored rows and the
- * double-entry postings of an invoice. Every function here runs inside the
+ * balanced postings of an invoice. Every function here runs inside the
  * caller's transaction (BEGIN IMMEDIATE), so a number, a chain link and the
  * rows that use them are taken and written atomically. */
 #include <stdio.h>

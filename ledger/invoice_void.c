@@ -5,7 +5,7 @@
  * quantities and amounts negated, each line's credits negated, and subtotal,
  * total credits and amount due negated; refers_to names the invoice and
  * reason says why. Its entry reverses the invoice's entry posting by posting
- * (so each grant gets back exactly what the invoice took). It is hashed,
+ * (so each grant is given back exactly what the invoice took). It is hashed,
  * chained and signed like an invoice, all in one transaction. The invoice's
  * stored document never changes: "void" is derived from the credit note that
  * refers to it, and its period then has no live invoice, so the next
