@@ -274,10 +274,12 @@ static int sub_list(cli_ctx *ctx, int argc, char **argv)
 int cmd_invoice(cli_ctx *ctx, int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        cli_usage(ctx, argc >= 2);
-        if (argc >= 2)
+        cli_usage(ctx, argc < 2);
+        if (argc >= 2) {
+            printf("\nSubcommands ('tally invoice SUBCOMMAND --help' for details):\n");
             for (size_t i = 0; i < N_SUBS; i++)
                 printf("  tally invoice %s %s\n", subs[i].name, subs[i].usage);
+        }
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     for (size_t i = 0; i < N_SUBS; i++)
