@@ -40,9 +40,10 @@ typedef struct tally_invoice_run_opts {
  * With finalize, each account's invoice is finalized in its own transaction;
  * an account whose period is already finalized (and not voided) keeps its
  * invoice, and late usage for it shows on the next run's invoice as
- * adjustment lines. Errors: TALLY_INVAL (bad period), TALLY_NO_PRICE,
- * TALLY_OVERFLOW, TALLY_CRYPTO (key), TALLY_IO, TALLY_DB; why says which
- * account and what. */
+ * adjustment lines. Errors: TALLY_INVAL (bad period, or an account's time
+ * zone is unknown), TALLY_NOT_FOUND (opts->account does not exist),
+ * TALLY_NO_PRICE, TALLY_OVERFLOW, TALLY_CRYPTO (key), TALLY_IO, TALLY_DB; why
+ * says which account and what. */
 TALLY_MUST_CHECK tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o,
                                              char *why, size_t cap);
 
@@ -77,7 +78,8 @@ typedef enum tally_usage_by { TALLY_BY_SKU = 0, TALLY_BY_DAY, TALLY_BY_METER } t
  * by sku, day (account's time zone) or meter, each group with its quantity
  * and running charges (rated as a draft would rate them, before credits):
  * {"account","currency","from","to","by","groups":[{"key","meter","quantity",
- *  "unit","amount"}],"total"}. Errors: TALLY_NOT_FOUND (account), TALLY_DB. */
+ *  "unit","amount"}],"total"}. Errors: TALLY_NOT_FOUND (account), TALLY_INVAL
+ * (from_s >= to_s, or more than 400 days by day), TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_usage_report(tally_ledger *l, const char *account, int64_t from_s,
                                               int64_t to_s, tally_usage_by by, tally_buf *out);
 
