@@ -4,7 +4,7 @@
  * Parsing is strict, like the schema (additionalProperties: false): an
  * unknown field is an error rather than a price that is silently ignored.
  * Prices must be JSON strings, parsed exactly by tally_price_parse; a JSON
- * number would already have been through a binary float in most producers.
+ * number has usually been rounded to binary by whatever produced it.
  * Arrays are sorted (SKUs and dimensions by name, spot points by SKU then
  * time) so that two cards with the same content compare equal however their
  * JSON was ordered or spaced. */
