@@ -12,7 +12,7 @@
 #define DEFAULT_BATCH_MS     100
 #define DEFAULT_SESSION_MS   10000
 #define MAX_BATCH_EVENTS     1000000
-#define CONSUME_MAX          2000 /* messages per consume call */
+#define CONSUME_MAX          2000 /* messages per burst of polls */
 #define POLL_MS              100  /* longest wait for messages */
 #define PROGRESS_MS          1000
 #define PROGRESS_IDLE_MS     10000
@@ -75,7 +75,6 @@ static tally_err make_consumer(tally_consumer *c, char *why, size_t cap)
         return TALLY_KAFKA;
     }
     rd_kafka_poll_set_consumer(c->rk);
-    c->q = rd_kafka_queue_get_consumer(c->rk);
     return TALLY_OK;
 }
 
@@ -85,7 +84,7 @@ static tally_err make_dlq(tally_consumer *c, char *why, size_t cap)
     const char *const kv[][2] = {
         {"bootstrap.servers", c->o.brokers},
         {"client.id", "tally-meter-dlq"},
-        {"linger.ms", "20"},
+        {"linger.ms", "2"},
         {"log.connection.close", "false"},
     };
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -94,6 +93,7 @@ static tally_err make_dlq(tally_consumer *c, char *why, size_t cap)
         rd_kafka_conf_destroy(conf);
         return e;
     }
+    dlq_configure(conf, c);
     c->dlq = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
     if (!c->dlq) {
         rd_kafka_conf_destroy(conf);
@@ -204,7 +204,6 @@ void tally_consumer_destroy(tally_consumer *c)
     c->closing = true;
     if (c->rk) {
         (void)rd_kafka_consumer_close(c->rk);
-        rd_kafka_queue_destroy(c->q);
         rd_kafka_destroy(c->rk);
     }
     if (c->dlq) {
@@ -281,7 +280,7 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
         on_error(c, m);
         return;
     }
-    if (c->drop_rest || !p || !p->assigned || k->n == k->cap)
+    if (!p || !p->assigned || k->n == k->cap)
         return;
     if (p->next >= 0 && m->offset < p->next) {
         warn_behind(c, p, m);
@@ -343,24 +342,33 @@ static void progress_tick(tally_consumer *c, tally_consumer_progress_fn fn, void
     c->next_progress_ms = now_ms + PROGRESS_MS;
 }
 
-static void consume_once(tally_consumer *c, rd_kafka_message_t **msgs)
+/* Takes up to a burst of messages, one poll each: a rebalance callback runs
+ * inside a poll, so every message is either taken before it (and committed
+ * by it) or returned after it (from the new positions); a batch call could
+ * hand back both kinds in one array. */
+static void consume_once(tally_consumer *c)
 {
     chunk *k = &c->chunks[c->fill];
     if (k->n == k->cap || k->arena_len >= CHUNK_MAX_BYTES) {
         pipeline_seal(c, false);
         return;
     }
-    size_t room = k->cap - k->n;
-    c->drop_rest = false;
-    ssize_t n = rd_kafka_consume_batch_queue(c->q, poll_timeout(c, cons_now_ms()), msgs,
-                                             room < CONSUME_MAX ? room : CONSUME_MAX);
-    int64_t now_ms = cons_now_ms();
-    int64_t now_s = tally_now_s();
-    for (ssize_t i = 0; i < n; i++) {
-        take(c, msgs[i], now_s, now_ms);
-        rd_kafka_message_destroy(msgs[i]);
+    int timeout = poll_timeout(c, cons_now_ms());
+    int64_t now_s = tally_now_s(), now_ms = cons_now_ms();
+    for (int got = 0; got < CONSUME_MAX && !c->fatal; got++) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, got ? 0 : timeout);
+        if (!m)
+            break;
+        if (got == 0)
+            now_ms = cons_now_ms();
+        take(c, m, now_s, now_ms);
+        rd_kafka_message_destroy(m);
+        k = &c->chunks[c->fill];
+        if (k->n == k->cap || k->arena_len >= CHUNK_MAX_BYTES)
+            break;
     }
     pipeline_collect(c, false);
+    now_ms = cons_now_ms();
     k = &c->chunks[c->fill];
     if (k->n > 0 && !c->in_flight && now_ms - k->first_ms >= c->o.batch_ms)
         pipeline_seal(c, false);
@@ -369,26 +377,20 @@ static void consume_once(tally_consumer *c, rd_kafka_message_t **msgs)
 tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
                              tally_consumer_progress_fn progress, void *ctx)
 {
-    rd_kafka_message_t **msgs = malloc(CONSUME_MAX * sizeof *msgs);
-    if (!msgs)
-        return TALLY_NOMEM;
     rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(sub, c->topic, RD_KAFKA_PARTITION_UA);
     rd_kafka_resp_err_t err = rd_kafka_subscribe(c->rk, sub);
     rd_kafka_topic_partition_list_destroy(sub);
     if (err) {
-        free(msgs);
         fprintf(stderr, "tally meter: subscribe failed: %s\n", rd_kafka_err2str(err));
         return TALLY_KAFKA;
     }
-    if (pipeline_start(c)) {
-        free(msgs);
+    if (pipeline_start(c))
         return TALLY_NOMEM;
-    }
     int64_t start_ms = c->start_ms = cons_now_ms();
     c->next_progress_ms = start_ms + PROGRESS_MS;
     while (!(stop && *stop) && !c->fatal) {
-        consume_once(c, msgs);
+        consume_once(c);
         int64_t now_ms = cons_now_ms();
         progress_tick(c, progress, ctx, start_ms, now_ms);
         if (idle_done(c, now_ms))
@@ -397,6 +399,5 @@ tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
     pipeline_seal(c, true);
     pipeline_stop(c);
     c->st.lag = group_lag(c);
-    free(msgs);
     return c->fatal;
 }

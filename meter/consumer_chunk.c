@@ -6,8 +6,6 @@
 
 #include "consumer_int.h"
 
-#define DLQ_RETRIES 50 /* x 100 ms while the producer's queue is full */
-
 tally_err chunk_init(chunk *k, size_t cap)
 {
     memset(k, 0, sizeof *k);
@@ -78,82 +76,12 @@ void pipeline_drop_fill(tally_consumer *c)
     c->chunks[c->fill].gen = ++c->next_gen;
 }
 
-/* Writes "kafka:<topic>/<partition>@<offset>" into out (ORIGIN_MAX bytes). */
-static void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, char *out)
+void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, char *out)
 {
     int n =
         snprintf(out, ORIGIN_MAX, "kafka:%s/%d@%lld", c->topic, (int)partition, (long long)offset);
     if (n < 0)
         out[0] = '\0';
-}
-
-/* ---- Dead-letter copies ----------------------------------------------------- */
-
-static tally_err first_col(void *ctx, int ncols, const char *const *cols)
-{
-    if (ncols > 0 && cols[0])
-        snprintf(ctx, sizeof((tally_reject *)0)->reason, "%s", cols[0]);
-    return TALLY_OK;
-}
-
-/* The stored reason of a message quarantined at commit (unknown_sku,
- * no_price, ...), which only the ledger knows. */
-static void stored_reason(tally_consumer *c, const char *origin, char *reason)
-{
-    const char *params[] = {origin};
-    snprintf(reason, sizeof((tally_reject *)0)->reason, "quarantined");
-    if (tally_ledger_query(c->l, "SELECT reason FROM quarantine WHERE origin = ?", params, 1,
-                           first_col, reason) != TALLY_OK)
-        fprintf(stderr, "tally meter: cannot read the quarantine reason of %s: %s\n", origin,
-                tally_ledger_errmsg(c->l));
-}
-
-static bool dlq_produce(tally_consumer *c, const chunk *k, const item *it, const char *reason,
-                        const char *origin)
-{
-    for (int tries = 0; tries < DLQ_RETRIES; tries++) {
-        rd_kafka_resp_err_t err = rd_kafka_producev(
-            c->dlq, RD_KAFKA_V_TOPIC(c->dlq_topic),
-            RD_KAFKA_V_KEY(k->arena + it->key_off, it->key_len),
-            RD_KAFKA_V_VALUE(k->arena + it->raw_off, it->raw_len),
-            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADER("tally-reason", reason, -1),
-            RD_KAFKA_V_HEADER("tally-origin", origin, -1), RD_KAFKA_V_END);
-        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-            return true;
-        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-            fprintf(stderr, "tally meter: dead-letter copy of %s failed: %s\n", origin,
-                    rd_kafka_err2str(err));
-            return false;
-        }
-        rd_kafka_poll(c->dlq, 100);
-    }
-    fprintf(stderr, "tally meter: dead-letter copy of %s failed: queue full\n", origin);
-    return false;
-}
-
-/* Produces a copy of every message the commit quarantined, with its reason
- * and origin in headers. The ledger's quarantine table is the record; the
- * copies are a notification and may repeat after a crash or a rebalance. */
-static void dlq_chunk(tally_consumer *c, chunk *k)
-{
-    char origin[ORIGIN_MAX];
-    char reason[sizeof((tally_reject *)0)->reason];
-    for (size_t i = 0; i < k->n; i++) {
-        tally_event_result r = k->results[i];
-        if (r != TALLY_RESULT_QUARANTINED && r != TALLY_RESULT_CONFLICT)
-            continue;
-        const item *it = &k->items[i];
-        origin_format(c, it->partition, it->offset, origin);
-        if (r == TALLY_RESULT_CONFLICT)
-            snprintf(reason, sizeof reason, "conflict");
-        else if (!it->is_event)
-            snprintf(reason, sizeof reason, "%s", it->u.rej.reason);
-        else
-            stored_reason(c, origin, reason);
-        if (dlq_produce(c, k, it, reason, origin))
-            k->dlq++;
-    }
-    rd_kafka_poll(c->dlq, 0);
 }
 
 /* ---- Commit ----------------------------------------------------------------- */
@@ -195,6 +123,7 @@ void chunk_commit(tally_consumer *c, chunk *k)
 {
     memset(&k->st, 0, sizeof k->st);
     k->dlq = 0;
+    k->dlq_failed = false;
     k->err = queue_chunk(c, k);
     if (k->err) {
         if (reset_batch(c) != TALLY_OK)
@@ -265,6 +194,8 @@ static void finish(tally_consumer *c, chunk *k)
         c->st.conflicts += k->st.conflicts;
         c->st.quarantined += k->st.quarantined;
         c->st.dlq += k->dlq;
+        for (size_t i = 0; k->dlq_failed && i < k->n_offs; i++)
+            group_part(c, k->offs[i].partition)->kafka_hold = true;
         c->st.batches++;
         c->st.last_ms = cons_now_ms() - c->start_ms;
         group_commit_kafka(c, k);

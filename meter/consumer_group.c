@@ -37,6 +37,28 @@ static void unassign_all(tally_consumer *c)
     c->st.partitions = 0;
 }
 
+/* Copies again the quarantined messages whose dead-letter copies were not
+ * confirmed: those between a partition's committed Kafka offset and the
+ * ledger's (list holds the ledger's offsets, or BEGINNING). */
+static void replay_dlq(tally_consumer *c, const rd_kafka_topic_partition_list_t *list)
+{
+    rd_kafka_topic_partition_list_t *kafka = rd_kafka_topic_partition_list_copy(list);
+    rd_kafka_resp_err_t err = rd_kafka_committed(c->rk, kafka, 10000);
+    for (int i = 0; !err && i < kafka->cnt; i++) {
+        int64_t to = list->elems[i].offset, from = kafka->elems[i].offset;
+        if (from < 0)
+            from = 0; /* nothing confirmed yet */
+        if (to > from && !dlq_replay(c, list->elems[i].partition, from, to))
+            c->parts[list->elems[i].partition].kafka_hold = true;
+    }
+    if (err)
+        fprintf(stderr,
+                "tally meter: cannot read committed offsets (%s); dead-letter copies of "
+                "earlier runs are not re-sent\n",
+                rd_kafka_err2str(err));
+    rd_kafka_topic_partition_list_destroy(kafka);
+}
+
 /* Sets each listed partition's start to its stored next offset (the
  * beginning if none) and assigns them. Nothing may be in flight. */
 static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_t *list)
@@ -55,6 +77,7 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
             break;
         part *p = &c->parts[tp->partition];
         p->assigned = true;
+        p->kafka_hold = false;
         p->next = p->chain = next;
         tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
     }
@@ -66,6 +89,8 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
         (void)rd_kafka_assign(c->rk, NULL);
         return;
     }
+    if (c->dlq)
+        replay_dlq(c, list);
     rd_kafka_resp_err_t err = rd_kafka_assign(c->rk, list);
     if (err) {
         fprintf(stderr, "tally meter: assign failed: %s\n", rd_kafka_err2str(err));
@@ -74,8 +99,6 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
         return;
     }
     c->st.partitions = list->cnt;
-    /* Messages already handed out predate the new positions. */
-    c->drop_rest = true;
     c->last_msg_ms = cons_now_ms();
 }
 
@@ -98,14 +121,12 @@ void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && err != RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
         fprintf(stderr, "tally meter: rebalance error: %s\n", rd_kafka_err2str(err));
     unassign_all(c);
-    c->drop_rest = true;
     (void)rd_kafka_assign(c->rk, NULL);
 }
 
 void group_resync(tally_consumer *c)
 {
     pipeline_drop_fill(c);
-    c->drop_rest = true;
     if (c->in_rebalance || c->closing)
         return; /* the partitions are being let go anyway */
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(c->n_parts);
@@ -142,7 +163,7 @@ void group_commit_kafka(tally_consumer *c, const chunk *k)
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)k->n_offs);
     for (size_t i = 0; i < k->n_offs; i++) {
         const part *p = group_part(c, k->offs[i].partition);
-        if (p && p->assigned)
+        if (p && p->assigned && !p->kafka_hold)
             rd_kafka_topic_partition_list_add(list, c->topic, k->offs[i].partition)->offset =
                 k->offs[i].new_next;
     }

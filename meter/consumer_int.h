@@ -58,16 +58,18 @@ typedef struct chunk {
     /* Outcome, written by whoever commits it. */
     tally_err err;
     tally_batch_stats st;
-    int64_t dlq;
+    int64_t dlq;     /* dead-letter copies produced */
+    bool dlq_failed; /* some copy was not confirmed */
 } chunk;
 
 /* What the meter knows about one partition of its topic. */
 typedef struct part {
     bool assigned;
     bool warned_behind;
-    int64_t next;  /* offset after the last message decoded; -1: none yet */
-    int64_t chain; /* the ledger's next offset once every sealed chunk commits */
-    uint64_t gen;  /* gen of the last chunk that touched it */
+    bool kafka_hold; /* a dead-letter copy failed: commit no more offsets to Kafka */
+    int64_t next;    /* offset after the last message decoded; -1: none yet */
+    int64_t chain;   /* the ledger's next offset once every sealed chunk commits */
+    uint64_t gen;    /* gen of the last chunk that touched it */
 } part;
 
 struct tally_consumer {
@@ -77,14 +79,13 @@ struct tally_consumer {
     char group[256];
     char dlq_topic[256];
     rd_kafka_t *rk;
-    rd_kafka_queue_t *q;
-    rd_kafka_t *dlq; /* producer, when a dead-letter topic is set */
+    rd_kafka_t *dlq;      /* producer, when a dead-letter topic is set */
+    int64_t dlq_failures; /* failed deliveries not yet accounted for */
     tally_batch *b;
 
     part *parts;
     int32_t n_parts;
     bool joined;
-    bool drop_rest;    /* drop what is left of the current consume array */
     bool in_rebalance; /* inside the rebalance callback */
     bool closing;      /* leaving the group: assign nothing more */
     tally_err fatal;
@@ -136,6 +137,18 @@ void pipeline_seal(tally_consumer *c, bool wait);
 void pipeline_drop_fill(tally_consumer *c);
 /* Collects a finished chunk if there is one (blocking with wait). */
 void pipeline_collect(tally_consumer *c, bool wait);
+
+/* Writes "kafka:<topic>/<partition>@<offset>" into out (ORIGIN_MAX bytes). */
+void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, char *out);
+
+/* consumer_dlq.c */
+void dlq_configure(rd_kafka_conf_t *conf, tally_consumer *c);
+/* Copies k's quarantined messages to the dead-letter topic and waits for
+ * their delivery (sets k->dlq, k->dlq_failed). After k's commit. */
+void dlq_chunk(tally_consumer *c, chunk *k);
+/* Copies again the quarantined messages of partition at offsets [from, to);
+ * false if any copy was not confirmed. */
+bool dlq_replay(tally_consumer *c, int32_t partition, int64_t from, int64_t to);
 
 /* consumer_group.c */
 void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,

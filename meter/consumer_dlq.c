@@ -1,0 +1,180 @@
+/* Dead-letter copies of quarantined messages, delivered at least once.
+ *
+ * The ledger's quarantine table is the record; the dead-letter topic gets a
+ * copy of each quarantined message with headers tally-reason and
+ * tally-origin ("kafka:<topic>/<partition>@<offset>", unique per message, so
+ * a reader can drop repeats). Copies are produced after the ledger commit
+ * that quarantined them (only then is the reason known for every kind:
+ * unknown_sku, no_price and conflict are found at commit) and flushed before
+ * the chunk's offsets are committed to Kafka. So a partition's committed
+ * Kafka offset is also the point up to which its copies were delivered: on
+ * assignment, quarantine rows from there to the ledger's offset are copied
+ * again (without the original key, which the ledger does not keep). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer_int.h"
+
+#define DLQ_RETRIES  50 /* x 100 ms while the producer's queue is full */
+#define DLQ_FLUSH_MS 10000
+#define REASON_MAX   sizeof(((tally_reject *)0)->reason)
+
+static bool produce(tally_consumer *c, const void *key, size_t key_len, const void *raw, size_t len,
+                    const char *reason, const char *origin)
+{
+    for (int tries = 0; tries < DLQ_RETRIES; tries++) {
+        rd_kafka_resp_err_t err = rd_kafka_producev(
+            c->dlq, RD_KAFKA_V_TOPIC(c->dlq_topic), RD_KAFKA_V_KEY(key, key_len),
+            RD_KAFKA_V_VALUE((void *)raw, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_HEADER("tally-reason", reason, -1),
+            RD_KAFKA_V_HEADER("tally-origin", origin, -1), RD_KAFKA_V_END);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return true;
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            fprintf(stderr, "tally meter: dead-letter copy of %s failed: %s\n", origin,
+                    rd_kafka_err2str(err));
+            return false;
+        }
+        rd_kafka_poll(c->dlq, 100);
+    }
+    fprintf(stderr, "tally meter: dead-letter copy of %s failed: queue full\n", origin);
+    return false;
+}
+
+static bool flush(tally_consumer *c)
+{
+    if (rd_kafka_flush(c->dlq, DLQ_FLUSH_MS) == RD_KAFKA_RESP_ERR_NO_ERROR && c->dlq_failures == 0)
+        return true;
+    fprintf(stderr, "tally meter: dead-letter copies not confirmed; they will be sent again\n");
+    c->dlq_failures = 0;
+    return false;
+}
+
+/* Delivery reports (served by rd_kafka_flush on the committing thread). */
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    tally_consumer *c = opaque;
+    (void)rk;
+    if (m->err)
+        c->dlq_failures++;
+}
+
+void dlq_configure(rd_kafka_conf_t *conf, tally_consumer *c)
+{
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_opaque(conf, c);
+}
+
+static tally_err first_col(void *ctx, int ncols, const char *const *cols)
+{
+    if (ncols > 0 && cols[0])
+        snprintf(ctx, REASON_MAX, "%s", cols[0]);
+    return TALLY_OK;
+}
+
+/* The stored reason of a message quarantined at commit (unknown_sku,
+ * no_price, ...), which only the ledger knows. */
+static void stored_reason(tally_consumer *c, const char *origin, char *reason)
+{
+    const char *params[] = {origin};
+    snprintf(reason, REASON_MAX, "quarantined");
+    if (tally_ledger_query(c->l, "SELECT reason FROM quarantine WHERE origin = ?", params, 1,
+                           first_col, reason) != TALLY_OK)
+        fprintf(stderr, "tally meter: cannot read the quarantine reason of %s: %s\n", origin,
+                tally_ledger_errmsg(c->l));
+}
+
+void dlq_chunk(tally_consumer *c, chunk *k)
+{
+    char origin[ORIGIN_MAX], reason[REASON_MAX];
+    bool ok = true, any = false;
+    for (size_t i = 0; i < k->n; i++) {
+        tally_event_result r = k->results[i];
+        if (r != TALLY_RESULT_QUARANTINED && r != TALLY_RESULT_CONFLICT)
+            continue;
+        const item *it = &k->items[i];
+        origin_format(c, it->partition, it->offset, origin);
+        if (r == TALLY_RESULT_CONFLICT)
+            snprintf(reason, sizeof reason, "conflict");
+        else if (!it->is_event)
+            snprintf(reason, sizeof reason, "%s", it->u.rej.reason);
+        else
+            stored_reason(c, origin, reason);
+        any = true;
+        if (produce(c, k->arena + it->key_off, it->key_len, k->arena + it->raw_off, it->raw_len,
+                    reason, origin))
+            k->dlq++;
+        else
+            ok = false;
+    }
+    if (any && !flush(c))
+        ok = false;
+    k->dlq_failed = !ok;
+}
+
+/* ---- Replay after a crash ------------------------------------------------------ */
+
+typedef struct replay {
+    tally_consumer *c;
+    int64_t from, to;
+    char *raw;
+    size_t cap;
+    int64_t sent;
+    bool ok;
+} replay;
+
+static int hex_val(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+static tally_err replay_row(void *ctx, int ncols, const char *const *cols)
+{
+    replay *r = ctx;
+    const char *at = ncols == 3 && cols[0] ? strrchr(cols[0], '@') : NULL;
+    if (!at || !cols[1] || !cols[2])
+        return TALLY_OK;
+    char *end = NULL;
+    long long off = strtoll(at + 1, &end, 10);
+    if (*end || off < r->from || off >= r->to)
+        return TALLY_OK;
+    size_t len = strlen(cols[2]) / 2;
+    if (len > r->cap) {
+        char *raw = realloc(r->raw, len);
+        if (!raw)
+            return TALLY_NOMEM;
+        r->raw = raw;
+        r->cap = len;
+    }
+    for (size_t i = 0; i < len; i++)
+        r->raw[i] = (char)(hex_val(cols[2][2 * i]) << 4 | hex_val(cols[2][2 * i + 1]));
+    if (produce(r->c, NULL, 0, r->raw, len, cols[1], cols[0]))
+        r->sent++;
+    else
+        r->ok = false;
+    return TALLY_OK;
+}
+
+bool dlq_replay(tally_consumer *c, int32_t partition, int64_t from, int64_t to)
+{
+    char pattern[ORIGIN_MAX];
+    snprintf(pattern, sizeof pattern, "kafka:%s/%d@*", c->topic, (int)partition);
+    const char *params[] = {pattern};
+    replay r = {.c = c, .from = from, .to = to, .ok = true};
+    tally_err e = tally_ledger_query(
+        c->l, "SELECT origin, reason, hex(raw) FROM quarantine WHERE origin GLOB ?", params, 1,
+        replay_row, &r);
+    free(r.raw);
+    if (e) {
+        fprintf(stderr, "tally meter: cannot read quarantine for dead-letter replay: %s\n",
+                tally_ledger_errmsg(c->l));
+        return false;
+    }
+    c->st.dlq += r.sent;
+    return (r.sent == 0 || flush(c)) && r.ok;
+}
