@@ -25,7 +25,7 @@
 #define FUZZ_MAX_TARGET 2048
 
 static tally_server *server;
-static char admin_hdr[80], acme_hdr[80];
+static char admin_hdr[80], acme_hdr[80], tmp_dir[256];
 
 static const char *const methods[] = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD"};
 
@@ -35,17 +35,29 @@ static void die(const char *what)
     abort();
 }
 
-/* A ledger with the fixture rate card and two keys, under $TMPDIR. */
+static void remove_tmp_dir(void)
+{
+    char cmd[600];
+    tally_server_destroy(server);
+    server = NULL;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "fuzz_http: could not remove %s\n", tmp_dir);
+}
+
+/* A ledger with the fixture rate card and two keys, under $TMPDIR, removed
+ * at exit. */
 static void make_server(void)
 {
-    char dir[256], db[300], why[256];
-    snprintf(dir, sizeof dir, "%s/tally-fuzz-http-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (int)getpid());
-    snprintf(db, sizeof db, "%s/ledger.db", dir);
+    char db[300], why[256];
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/tally-fuzz-http-%d",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    snprintf(db, sizeof db, "%s/ledger.db", tmp_dir);
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", tmp_dir, tmp_dir);
     if (system(cmd) != 0)
         die("cannot make the temporary directory");
+    atexit(remove_tmp_dir);
     tally_server_opts o = {.db_path = db};
     if (tally_server_create(&o, &server, why, sizeof why) != TALLY_OK)
         die(why);
