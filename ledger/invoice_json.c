@@ -298,33 +298,27 @@ tally_err inv_doc_json(const inv_doc *d, const char *key_path, tally_buf *out, c
                        char sig_hex[129])
 {
     size_t start = out->len;
+    char hash[65] = "", sig[129] = "";
     jw w = {out, TALLY_OK};
     head(&w, d);
     body(&w, d);
     str(&w, "prev_hash", d->finalized ? d->prev_hash : "");
-    if (w.e)
-        goto out_fail;
-    char hash[65] = "", sig[129] = "";
-    if (d->finalized) {
+    if (!w.e && d->finalized)
         w.e = seal(out, start, key_path, hash, sig);
-        if (w.e)
-            goto out_fail;
-    }
     str(&w, "hash", hash);
     str(&w, "signature", sig);
     raw(&w, "}");
-    if (w.e)
-        goto out_fail;
+    if (w.e) {
+        out->len = start;
+        if (out->data)
+            out->data[start] = '\0';
+        return w.e;
+    }
     if (hash_hex)
         memcpy(hash_hex, hash, sizeof hash);
     if (sig_hex)
         memcpy(sig_hex, sig, sizeof sig);
     return TALLY_OK;
-out_fail:
-    out->len = start;
-    if (out->data)
-        out->data[start] = '\0';
-    return w.e;
 }
 
 /* ---- CSV ------------------------------------------------------------------ */
