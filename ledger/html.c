@@ -256,7 +256,8 @@ static const char css[] =
     ".r{text-align:right;white-space:nowrap}"
     "tr.group td{background:#f3f5f9;font-weight:700;color:#1e3a8a;border-bottom:none;"
     "padding-top:9px}"
-    ".desc b{font-weight:600}.sub{font-size:12px;color:#6b7280}"
+    ".desc{width:38%}.desc b{font-weight:600}.sub{font-size:12px;color:#6b7280}"
+    ".r .wrap{white-space:normal;overflow-wrap:anywhere}"
     ".kind{display:inline-block;font-size:10px;font-weight:700;letter-spacing:.6px;"
     "text-transform:uppercase;border-radius:3px;padding:0 5px;margin-right:6px;"
     "background:#e0e7ff;color:#3730a3}"
@@ -505,8 +506,9 @@ static void line_quantity(html_w *w, json_object *ln)
     html_decimal(b, sizeof b, neg ? -q : q, 1, 0);
     char pu[96];
     hw_fmt(w, "%s ", a);
-    hw_esc(w, html_unit_plural(jget(ln, "price_unit"), pu, sizeof pu));
-    hw_fmt(w, "<div class=\"sub\">%s ", b);
+    const char *unit = jget(ln, "price_unit"); /* "1 card-hour", "2 card-hours" */
+    hw_esc(w, strcmp(a, "1") == 0 ? unit : html_unit_plural(unit, pu, sizeof pu));
+    hw_fmt(w, "<div class=\"sub wrap\">%s ", b);
     hw_esc(w, jget(ln, "unit"));
     hw_raw(w, "s</div></td>");
 }
