@@ -101,8 +101,8 @@ static int make_corpus(corpus *c, size_t n)
             return -1;
         int len =
             snprintf(c->text + at, cap - at,
-                     "{\"specversion\":\"1.0\",\"id\":\"evt-%012zu\",\"source\":"
-                     "\"//hosts/cn-north-1/node-%04u\",\"type\":\"%s\",\"subject\":"
+                     "{\"specversion\":\"1.0\",\"id\":\"evt-%010zu\",\"source\":"
+                     "\"//hosts/node-%04u\",\"type\":\"%s\",\"subject\":"
                      "\"acct-%05u\",\"time\":\"%s\",\"datacontenttype\":"
                      "\"application/json\",\"data\":%s}",
                      i, (unsigned)(r >> 16) % 4096, type, (unsigned)(r >> 28) % 20000, when, data);

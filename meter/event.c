@@ -25,7 +25,7 @@
 #define SNIPPET_MAX 40
 
 typedef struct key_name {
-    const char *s;
+    char s[16]; /* zero-padded, so that it can be compared a word at a time */
     size_t len;
 } key_name;
 #define NAME(text)                                                                                 \
@@ -191,48 +191,84 @@ static void indexes_build(void)
     index_build(&field_index, field_names, F_COUNT);
 }
 
-/* Index of key in names (indexed by ix), or -1. Escaped keys are compared
- * decoded. */
-static int lookup(const key_index *ix, const key_name *names, const json_val *key)
+/* Whether the key k[0..len), with at least 16 readable bytes from k when
+ * room says so, is the name n. */
+static inline bool name_is(const key_name *n, const char *k, size_t len, bool room)
 {
-    const char *k = key->p;
-    size_t len = key->len;
-    char buf[16];
-    if (key->escaped) {
-        len = json_str_decode(key, buf, sizeof buf);
-        if (len > sizeof buf)
-            return -1;
-        k = buf;
+    if (n->len != len)
+        return false;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (room) { /* two word compares, the bytes past len masked off */
+        uint64_t k0, k1, n0, n1;
+        memcpy(&k0, k, 8);
+        memcpy(&k1, k + 8, 8);
+        memcpy(&n0, n->s, 8);
+        memcpy(&n1, n->s + 8, 8);
+        uint64_t m0 = len >= 8 ? ~0ull : (1ull << (8 * len)) - 1;
+        uint64_t m1 = len <= 8 ? 0 : len >= 16 ? ~0ull : (1ull << (8 * (len - 8))) - 1;
+        return (((k0 ^ n0) & m0) | ((k1 ^ n1) & m1)) == 0;
     }
-    if (len == 0)
+#endif
+    return memcmp(n->s, k, len) == 0;
+}
+
+/* Index of the name k[0..len) in names (indexed by ix), or -1. end is the
+ * end of the buffer k lies in. */
+static inline int lookup_text(const key_index *ix, const key_name *names, const char *k, size_t len,
+                              const char *end)
+{
+    if (len == 0 || len >= sizeof names[0].s)
         return -1;
-    for (unsigned h = key_hash(k, len); ix->slot[h] >= 0; h = (h + 1) % INDEX_SLOTS) {
-        const key_name *name = &names[ix->slot[h]];
-        if (name->len == len && memcmp(name->s, k, len) == 0)
+    bool room = end - k >= 16;
+    for (unsigned h = key_hash(k, len); ix->slot[h] >= 0; h = (h + 1) % INDEX_SLOTS)
+        if (name_is(&names[ix->slot[h]], k, len, room))
             return ix->slot[h];
-    }
     return -1;
 }
 
-/* Finds the slot of a member key (NULL for an unknown key), failing the scan
- * if the object already had that key. */
-static bool claim(json_scan *s, json_val *slots, const key_index *ix, const key_name *names,
-                  unknown_keys *u, const json_val *key, json_val **slot)
+/* The same for a key spelt with escapes: compared decoded. */
+static __attribute__((noinline)) int lookup_escaped(const key_index *ix, const key_name *names,
+                                                    const json_val *key)
 {
-    int i = lookup(ix, names, key);
-    *slot = NULL;
-    if (i >= 0) {
-        if (slots[i].type != JSON_ABSENT)
-            return json_scan_fail(s, key->p, "duplicate key");
-        *slot = &slots[i];
-        return true;
-    }
+    char buf[16];
+    size_t len = json_str_decode(key, buf, sizeof buf);
+    return len > sizeof buf ? -1 : lookup_text(ix, names, buf, len, buf + sizeof buf);
+}
+
+static inline int lookup(const key_index *ix, const key_name *names, const json_val *key,
+                         const char *end)
+{
+    if (key->escaped)
+        return lookup_escaped(ix, names, key);
+    return lookup_text(ix, names, key->p, key->len, end);
+}
+
+/* Checks that an unknown key is not a repeat of an earlier unknown key of
+ * the same object. Out of line: events rarely carry unknown members. */
+static __attribute__((noinline)) bool claim_unknown(json_scan *s, unknown_keys *u,
+                                                    const json_val *key)
+{
     for (size_t j = 0; j < u->n; j++)
         if (json_str_equal(&u->key[j], key))
             return json_scan_fail(s, key->p, "duplicate key");
     if (u->n == MAX_UNKNOWN)
         return json_scan_fail(s, key->p, "too many unknown members in one object");
     u->key[u->n++] = *key;
+    return true;
+}
+
+/* Finds the slot of a member key (NULL for an unknown key), failing the scan
+ * if the object already had that key. */
+static inline bool claim(json_scan *s, json_val *slots, const key_index *ix, const key_name *names,
+                         unknown_keys *u, const json_val *key, json_val **slot)
+{
+    int i = lookup(ix, names, key, s->end);
+    *slot = NULL;
+    if (i < 0)
+        return claim_unknown(s, u, key);
+    if (slots[i].type != JSON_ABSENT)
+        return json_scan_fail(s, key->p, "duplicate key");
+    *slot = &slots[i];
     return true;
 }
 
@@ -514,10 +550,15 @@ static tally_err take_attributes(const scanned *sc, int64_t now_s, tally_event *
 
 /* ---- Identity ------------------------------------------------------------- */
 
+/* Appends v little-endian, whatever the machine. */
 static size_t put_u64(unsigned char *p, uint64_t v)
 {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, &v, 8);
+#else
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
+#endif
     return 8;
 }
 

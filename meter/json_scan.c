@@ -1,19 +1,15 @@
-/* A strict, allocation-free JSON scanner (see json_scan.h).
- *
- * The hot loop is string scanning: eight bytes at a time are tested at once
- * for a quote, a backslash, a control character or a non-ASCII byte (the only
- * bytes that need a closer look), and the first such byte is found with a
- * count of trailing zeros. Containers are skipped without recursion, with
- * their kinds kept as bits of one word (JSON_MAX_DEPTH <= 64). */
+/* A strict, allocation-free JSON scanner (see json_scan.h): the out-of-line
+ * parts. The common case, compact ASCII strings and member keys, is handled
+ * by the inline functions in the header; this file has white space, escapes,
+ * UTF-8, numbers, literals, containers and errors. Containers are skipped
+ * without recursion, with their kinds kept as bits of one word
+ * (JSON_MAX_DEPTH <= 64). */
 #include <stdint.h>
 #include <string.h>
 
 #include "json_scan.h"
 
 _Static_assert(JSON_MAX_DEPTH <= 64, "container kinds are kept in one 64-bit word");
-
-#define ONES  0x0101010101010101ull
-#define HIGHS 0x8080808080808080ull
 
 typedef const unsigned char *uptr;
 
@@ -48,30 +44,10 @@ void json_scan_init(json_scan *s, const char *buf, size_t len)
     s->err_at = 0;
 }
 
-char json_scan_peek(json_scan *s)
+char json_scan_peek_slow(json_scan *s)
 {
     skip_ws(s);
     return s->p < s->end ? *s->p : 0;
-}
-
-/* A byte with its high bit set for every byte of w that a string scan must
- * stop at. The lowest flagged byte is always a true one (borrows only carry
- * upwards), which is all the scan uses. */
-static inline uint64_t string_stops(uint64_t w)
-{
-    uint64_t quote = w ^ (ONES * '"');
-    uint64_t bslash = w ^ (ONES * '\\');
-    uint64_t zero_quote = (quote - ONES) & ~quote;
-    uint64_t zero_bslash = (bslash - ONES) & ~bslash;
-    uint64_t control = (w - ONES * 0x20) & ~w;
-    return (zero_quote | zero_bslash | control | w) & HIGHS;
-}
-
-static inline uint64_t load64(uptr p)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);
-    return w;
 }
 
 /* Length of the valid UTF-8 sequence at q (lead byte >= 0x80), or 0. */
@@ -157,59 +133,40 @@ static size_t escape_len(uptr q, uptr end, const char **why)
     return 12;
 }
 
-/* Checks the byte at q, which string_stops() flagged and is not the closing
- * quote: an escape (sets *escaped), a UTF-8 sequence or a control character.
- * Returns the byte after it, or NULL with the error recorded. Kept out of
- * line so that the common path of scan_string() stays small. */
-static __attribute__((noinline)) uptr string_special(json_scan *s, uptr q, bool *escaped)
+/* Finishes the string that starts at s->p, from q, where the inline scan
+ * stopped: at a byte that needs a closer look (an escape, a UTF-8 sequence,
+ * a control character) or within eight bytes of the end of the buffer. No
+ * escape lies before q. */
+bool json_scan_string_slow(json_scan *s, const char *from, json_val *v)
 {
-    uptr end = (uptr)s->end;
-    const char *why = "control character in string";
-    size_t n = 0;
-    if (*q == '\\') {
-        *escaped = true;
-        n = escape_len(q, end, &why);
-    } else if (*q >= 0x80) {
-        why = "invalid UTF-8 in string";
-        n = utf8_len(q, end);
-    }
-    if (n == 0) {
-        json_scan_fail(s, (const char *)q, why);
-        return NULL;
-    }
-    return q + n;
-}
-
-/* Reads the string at s->p (a quote) into *v. */
-static inline __attribute__((always_inline)) bool scan_string(json_scan *s, json_val *v)
-{
-    uptr q = (uptr)s->p + 1, end = (uptr)s->end;
+    uptr q = (uptr)from, end = (uptr)s->end;
     bool escaped = false;
+    const char *why = "unterminated string";
     for (;;) {
-        while (end - q >= 8) {
-            uint64_t stops = string_stops(load64(q));
-            if (stops) {
-                q += (unsigned)__builtin_ctzll(stops) / 8;
-                goto stop;
-            }
-            q += 8;
-        }
-        while (q < end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x80)
-            q++;
         if (q >= end)
-            return json_scan_fail(s, (const char *)q, "unterminated string");
-    stop:
-        if (*q == '"')
+            return json_scan_fail(s, (const char *)q, why);
+        unsigned char c = *q;
+        size_t n = 1;
+        if (c == '"')
             break;
-        if (!(q = string_special(s, q, &escaped)))
-            return false;
+        if (c == '\\') {
+            escaped = true;
+            n = escape_len(q, end, &why);
+        } else if (c < 0x20) {
+            why = "control character in string";
+            n = 0;
+        } else if (c >= 0x80) {
+            why = "invalid UTF-8 in string";
+            n = utf8_len(q, end);
+        }
+        if (n == 0)
+            return json_scan_fail(s, (const char *)q, why);
+        q += n;
     }
-    if (v) {
-        v->type = JSON_STRING;
-        v->p = s->p + 1;
-        v->len = (size_t)((const char *)q - v->p);
-        v->escaped = escaped;
-    }
+    v->type = JSON_STRING;
+    v->p = s->p + 1;
+    v->len = (size_t)((const char *)q - v->p);
+    v->escaped = escaped;
     s->p = (const char *)q + 1;
     return true;
 }
@@ -284,9 +241,10 @@ static bool scan_literal(json_scan *s, json_val *v)
 /* Reads a scalar (the byte at s->p is not a bracket). */
 static bool scan_scalar(json_scan *s, json_val *v)
 {
+    json_val unused;
     char c = *s->p;
     if (c == '"')
-        return scan_string(s, v);
+        return json_scan_string(s, v ? v : &unused);
     if (c == '-' || (c >= '0' && c <= '9'))
         return scan_number(s, v);
     return scan_literal(s, v);
@@ -294,18 +252,12 @@ static bool scan_scalar(json_scan *s, json_val *v)
 
 /* After a value inside a container: consumes ',' (true in *more) or the
  * closer matching the innermost container. */
-static inline __attribute__((always_inline)) bool after_value(json_scan *s, bool in_object,
-                                                              bool *more)
+static bool after_value(json_scan *s, bool in_object, bool *more)
 {
     char c = json_scan_peek(s);
-    if (c == ',') {
+    if (c == ',' || c == (in_object ? '}' : ']')) {
         s->p++;
-        *more = true;
-        return true;
-    }
-    if (c == (in_object ? '}' : ']')) {
-        s->p++;
-        *more = false;
+        *more = c == ',';
         return true;
     }
     if (s->p >= s->end)
@@ -314,16 +266,27 @@ static inline __attribute__((always_inline)) bool after_value(json_scan *s, bool
         s, s->p, in_object ? "expected ',' or '}' in object" : "expected ',' or ']' in array");
 }
 
-/* Reads an object key and its ':' (whitespace before the key skipped). */
-static inline __attribute__((always_inline)) bool scan_key(json_scan *s, json_val *key)
+int json_scan_member_error(json_scan *s, enum json_member_place where)
 {
+    static const char *const what[] = {
+        [JSON_AFTER_MEMBER] = "expected ',' or '}' in object",
+        [JSON_BEFORE_KEY] = "expected a string key",
+        [JSON_AFTER_KEY] = "expected ':' after key",
+    };
+    json_scan_fail(s, s->p, s->p < s->end ? what[where] : "unterminated object");
+    return -1;
+}
+
+/* Reads an object key and its ':' (whitespace before the key skipped). */
+static bool scan_key(json_scan *s)
+{
+    json_val key;
     if (json_scan_peek(s) != '"')
-        return json_scan_fail(s, s->p,
-                              s->p < s->end ? "expected a string key" : "unterminated object");
-    if (!scan_string(s, key))
+        return json_scan_member_error(s, JSON_BEFORE_KEY) == 0;
+    if (!json_scan_string(s, &key))
         return false;
     if (json_scan_peek(s) != ':')
-        return json_scan_fail(s, s->p, "expected ':' after key");
+        return json_scan_member_error(s, JSON_AFTER_KEY) == 0;
     s->p++;
     return true;
 }
@@ -355,7 +318,7 @@ static bool skip_container(json_scan *s, int level)
                 if (!after_value(s, (objects >> (depth - 1)) & 1, &more))
                     return false;
             }
-            if (((objects >> (depth - 1)) & 1) && !scan_key(s, NULL))
+            if (((objects >> (depth - 1)) & 1) && !scan_key(s))
                 return false;
             c = json_scan_peek(s);
             if (c == '{' || c == '[')
@@ -370,7 +333,7 @@ static bool skip_container(json_scan *s, int level)
     }
 }
 
-bool json_scan_value(json_scan *s, int level, json_val *v)
+bool json_scan_value_slow(json_scan *s, int level, json_val *v)
 {
     char c = json_scan_peek(s);
     if (c == 0)
@@ -399,26 +362,6 @@ bool json_scan_object_begin(json_scan *s, int level)
         return json_scan_fail(s, s->p, "nesting too deep");
     s->p++;
     return true;
-}
-
-int json_scan_member(json_scan *s, bool *first, json_val *key)
-{
-    if (s->err)
-        return -1;
-    if (*first) {
-        *first = false;
-        if (json_scan_peek(s) == '}') {
-            s->p++;
-            return 0;
-        }
-    } else {
-        bool more;
-        if (!after_value(s, true, &more))
-            return -1;
-        if (!more)
-            return 0;
-    }
-    return scan_key(s, key) ? 1 : -1;
 }
 
 bool json_scan_finish(json_scan *s)
@@ -523,7 +466,7 @@ bool json_str_equal(const json_val *a, const json_val *b)
         return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
     str_reader ra = {(uptr)a->p, (uptr)a->p + a->len, {0}, 0, 0};
     str_reader rb = {(uptr)b->p, (uptr)b->p + b->len, {0}, 0, 0};
-    unsigned char ca, cb;
+    unsigned char ca = 0, cb = 0;
     for (;;) {
         bool more_a = str_next(&ra, &ca), more_b = str_next(&rb, &cb);
         if (more_a != more_b || (more_a && ca != cb))
