@@ -131,11 +131,11 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
         goto out_ledger;
     }
     printf("messages=%lld accepted=%lld duplicate=%lld conflict=%lld quarantined=%lld dlq=%lld "
-           "batches=%lld stale=%lld first_ms=%lld last_ms=%lld\n",
+           "batches=%lld stale=%lld rebalances=%lld first_ms=%lld last_ms=%lld\n",
            (long long)st.messages, (long long)st.accepted, (long long)st.duplicates,
            (long long)st.conflicts, (long long)st.quarantined, (long long)st.dlq,
-           (long long)st.batches, (long long)st.stale, (long long)st.first_ms,
-           (long long)st.last_ms);
+           (long long)st.batches, (long long)st.stale, (long long)st.rebalances,
+           (long long)st.first_ms, (long long)st.last_ms);
     rc = CLI_OK;
 out_ledger:
     tally_ledger_close(l);

@@ -102,6 +102,23 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
     c->last_msg_ms = cons_now_ms();
 }
 
+/* Before letting partitions go, their ledger offsets are committed to Kafka
+ * and confirmed, so the next owner's lag and dead-letter replay start from
+ * there (async commits may still be in flight or refused by the
+ * rebalance). Failure only means some copies are sent again. */
+static void commit_kafka_sync(tally_consumer *c)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(c->n_parts);
+    for (int32_t i = 0; i < c->n_parts; i++) {
+        const part *p = &c->parts[i];
+        if (p->assigned && !p->kafka_hold && p->chain >= 0)
+            rd_kafka_topic_partition_list_add(list, c->topic, i)->offset = p->chain;
+    }
+    if (list->cnt > 0)
+        (void)rd_kafka_commit(c->rk, list, 0);
+    rd_kafka_topic_partition_list_destroy(list);
+}
+
 void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                         rd_kafka_topic_partition_list_t *list, void *opaque)
 {
@@ -120,6 +137,7 @@ void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     }
     if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && err != RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
         fprintf(stderr, "tally meter: rebalance error: %s\n", rd_kafka_err2str(err));
+    commit_kafka_sync(c);
     unassign_all(c);
     (void)rd_kafka_assign(c->rk, NULL);
 }

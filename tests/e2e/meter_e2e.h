@@ -231,6 +231,20 @@ static E2E_UNUSED long e2e_topic_count(const e2e_broker *b, const char *topic)
     return n;
 }
 
+/* Distinct tally-origin headers in the dead-letter topic. */
+static E2E_UNUSED long e2e_dlq_origins(const e2e_broker *b)
+{
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    int rc = tu_sh(&out,
+                   "timeout 30 kcat -C -b '%s' -t usage-dlq -e -q -o beginning -f '%%h\\n' | "
+                   "grep -o 'tally-origin=kafka:[^,]*' | sort -u | wc -l",
+                   b->bootstrap);
+    long n = rc == 0 && out.data ? strtol(out.data, NULL, 10) : -1;
+    tally_buf_release(&out);
+    return n;
+}
+
 /* ---- A seeded usage stream -------------------------------------------------------- */
 
 typedef struct e2e_stream {
