@@ -60,8 +60,8 @@ TALLY_MUST_CHECK tally_err tally_ledger_account_get(tally_ledger *l, const char 
  * card again is TALLY_EXISTS; a different card with the same id or the same
  * effective_from is TALLY_EXISTS_DIFFERENT. On error why names the problem.
  * Errors: TALLY_PARSE, TALLY_EXISTS, TALLY_EXISTS_DIFFERENT, TALLY_DB. */
-TALLY_MUST_CHECK tally_err tally_ledger_ratecard_load(tally_ledger *l, const char *json,
-                                                      size_t len, char *why, size_t cap);
+TALLY_MUST_CHECK tally_err tally_ledger_ratecard_load(tally_ledger *l, const char *json, size_t len,
+                                                      char *why, size_t cap);
 
 /* Adds a spot price point for a SKU from from_s on.
  * Errors: TALLY_NOT_FOUND (no card lists the SKU), TALLY_NO_PRICE (the SKU has
@@ -128,8 +128,7 @@ TALLY_MUST_CHECK tally_err tally_batch_add_event(tally_batch *b, const tally_eve
 /* Queues a rejected message for quarantine. A message whose origin is already
  * in quarantine is not stored twice. Errors: TALLY_NOMEM. */
 TALLY_MUST_CHECK tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej,
-                                                  const char *raw, size_t len,
-                                                  const char *origin);
+                                                  const char *raw, size_t len, const char *origin);
 
 /* Records that this batch ends partition (topic, partition) at new_next. At
  * commit the stored offset must still be expected_next (-1: none stored), or
