@@ -31,13 +31,15 @@ struct inv_gatherer {
 };
 
 /* An invoice i (or j) is live unless a credit note of the same account and
- * period refers to it. */
+ * period refers to it. Terms on doc_type are written +x.doc_type so that
+ * SQLite looks rows up by account (invoices_by_account) and never scans all
+ * invoices of a type through the (doc_type, year, number) index. */
 #define LIVE_I                                                                                     \
     "NOT EXISTS (SELECT 1 FROM invoices c WHERE c.account = i.account AND c.period = i.period "    \
-    "AND c.doc_type = 'credit_note' AND c.refers_to = i.id)"
+    "AND +c.doc_type = 'credit_note' AND c.refers_to = i.id)"
 #define LIVE_J                                                                                     \
     "NOT EXISTS (SELECT 1 FROM invoices c WHERE c.account = j.account AND c.period = j.period "    \
-    "AND c.doc_type = 'credit_note' AND c.refers_to = j.id)"
+    "AND +c.doc_type = 'credit_note' AND c.refers_to = j.id)"
 
 static const char *const queries[INV_Q_COUNT] = {
     [INV_Q_INTERVALS] = "SELECT meter, pricing, migration, resource, dim, weight, start_s, end_s "
@@ -56,17 +58,17 @@ static const char *const queries[INV_Q_COUNT] = {
     /* The account's live finalized invoice for a period. */
     [INV_Q_LIVE] = "SELECT i.id, i.subtotal_minor, i.credits_minor, i.amount_due_minor, "
                    "i.currency, i.doc FROM invoices i WHERE i.account = ?1 AND i.period = ?2 "
-                   "AND i.doc_type = 'invoice' AND " LIVE_I " ORDER BY i.seq DESC LIMIT 1",
+                   "AND +i.doc_type = 'invoice' AND " LIVE_I " ORDER BY i.seq DESC LIMIT 1",
     /* Earlier live invoices: seq, period, the time zone the period was
      * invoiced in, and the usage_seq up to which it is billed (its own, or
      * that of a later live invoice carrying adjustments for it). */
     [INV_Q_HISTORY] = "SELECT i.seq, i.period, "
                       "json_extract(CAST(i.doc AS TEXT), '$.period.timezone'), "
                       "max(i.usage_seq, coalesce((SELECT max(j.usage_seq) FROM invoices j "
-                      "WHERE j.account = i.account AND j.doc_type = 'invoice' AND j.seq > i.seq "
+                      "WHERE j.account = i.account AND +j.doc_type = 'invoice' AND j.seq > i.seq "
                       "AND " LIVE_J " AND EXISTS (SELECT 1 FROM invoice_lines x "
                       "WHERE x.invoice_seq = j.seq AND x.original_period = i.period)), 0)) "
-                      "FROM invoices i WHERE i.account = ?1 AND i.doc_type = 'invoice' "
+                      "FROM invoices i WHERE i.account = ?1 AND +i.doc_type = 'invoice' "
                       "AND i.period < ?2 AND " LIVE_I " ORDER BY i.period",
     /* Whether usage around [?2, ?3) was written after usage_seq ?4. */
     [INV_Q_LATE] = "SELECT EXISTS (SELECT 1 FROM usage_intervals WHERE account = ?1 "
@@ -83,7 +85,7 @@ static const char *const queries[INV_Q_COUNT] = {
         "SELECT x.kind, x.meter, x.pricing, x.migration, x.sku, x.dim2, x.quantity, "
         "x.unit_price_nano, x.amount_minor, x.adjusts FROM invoice_lines x "
         "JOIN invoices j ON j.seq = x.invoice_seq WHERE j.account = ?2 "
-        "AND j.doc_type = 'invoice' AND j.seq > ?1 AND x.original_period = ?3 AND " LIVE_J,
+        "AND +j.doc_type = 'invoice' AND j.seq > ?1 AND x.original_period = ?3 AND " LIVE_J,
 };
 
 sqlite3_stmt *inv_stmt(inv_gatherer *g, inv_query q)

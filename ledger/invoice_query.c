@@ -126,7 +126,7 @@ tally_err tally_invoice_list(tally_ledger *l, const char *account, tally_buf *ou
         l,
         "SELECT i.id, i.doc_type, i.period, i.currency, i.subtotal_minor, i.credits_minor, "
         "i.amount_due_minor, i.doc_type = 'invoice' AND EXISTS (SELECT 1 FROM invoices c "
-        "WHERE c.account = i.account AND c.period = i.period AND c.doc_type = 'credit_note' "
+        "WHERE c.account = i.account AND c.period = i.period AND +c.doc_type = 'credit_note' "
         "AND c.refers_to = i.id) FROM invoices i WHERE i.account = ?1 ORDER BY i.seq",
         &st);
     if (e)

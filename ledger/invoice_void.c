@@ -73,7 +73,7 @@ static tally_err load_invoice(tally_ledger *l, const char *id, voided *v)
         l,
         "SELECT i.seq, i.doc_type, i.account, i.period, i.currency, i.subtotal_minor, "
         "i.credits_minor, i.amount_due_minor, i.doc, EXISTS (SELECT 1 FROM invoices c "
-        "WHERE c.account = i.account AND c.period = i.period AND c.doc_type = 'credit_note' "
+        "WHERE c.account = i.account AND c.period = i.period AND +c.doc_type = 'credit_note' "
         "AND c.refers_to = i.id) FROM invoices i WHERE i.id = ?1",
         &st);
     if (e)
