@@ -6,10 +6,19 @@
  * waits for what is in flight, stamps what was acknowledged and exits 0;
  * anything else stays pending for the next run. While deliveries fail (the
  * broker is down), events stay pending and are retried with backoff; a line
- * on stderr says so about once a second. The totals go to stdout at the end. */
+ * on stderr says so about once a second. The totals go to stdout at the end.
+ *
+ * One publisher per ledger: a second one would send the same events again
+ * (identical bytes and ids, but needless repeats), so it holds an exclusive
+ * flock on "<db>.publish-lock" while it runs. A separate file, because
+ * closing a descriptor of the ledger file itself would drop SQLite's locks. */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "tally/publish.h"
@@ -81,6 +90,25 @@ static int parse_opts(cli_ctx *ctx, int argc, char **argv, tally_publish_opts *o
     return rc;
 }
 
+static int lock_ledger(const cli_ctx *ctx, int *fd)
+{
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s.publish-lock", ctx->db_path);
+    if (n <= 0 || (size_t)n >= sizeof path)
+        return cli_error(ctx, CLI_USAGE, "ledger path too long");
+    *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (*fd < 0)
+        return cli_error(ctx, CLI_FAIL, "%s: %s", path, strerror(errno));
+    if (flock(*fd, LOCK_EX | LOCK_NB) == 0)
+        return CLI_OK;
+    int err = errno;
+    close(*fd);
+    *fd = -1;
+    if (err == EWOULDBLOCK)
+        return cli_error(ctx, CLI_FAIL, "another tally publish is running on %s", ctx->db_path);
+    return cli_error(ctx, CLI_FAIL, "%s: %s", path, strerror(err));
+}
+
 int cmd_publish(cli_ctx *ctx, int argc, char **argv)
 {
     if (cli_wants_help(ctx, argc, argv)) {
@@ -91,9 +119,14 @@ int cmd_publish(cli_ctx *ctx, int argc, char **argv)
     int rc = parse_opts(ctx, argc, argv, &o);
     if (rc)
         return rc;
-    tally_ledger *l = NULL;
-    if ((rc = cli_open_ledger(ctx, &l)))
+    int lock = -1;
+    if ((rc = lock_ledger(ctx, &lock)))
         return rc;
+    tally_ledger *l = NULL;
+    if ((rc = cli_open_ledger(ctx, &l))) {
+        close(lock);
+        return rc;
+    }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
@@ -124,5 +157,6 @@ int cmd_publish(cli_ctx *ctx, int argc, char **argv)
     rc = CLI_OK;
 out_ledger:
     tally_ledger_close(l);
+    close(lock);
     return rc;
 }

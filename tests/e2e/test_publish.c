@@ -26,6 +26,7 @@
 
 #include "testutil.h"
 #include "tally/outbox.h"
+#include "tally/publish.h"
 
 #define MAX_CHILDREN 8
 #define DATA_MARK    ",\"datacontenttype\":\"application/json\",\"data\":"
@@ -613,6 +614,13 @@ static void test_sigterm(void **state)
     for (int64_t until = now_ms() + 30000; pending > 0 && now_ms() < until; sleep_ms(100))
         outbox_counts(&pending, &sent);
     assert_int_equal(pending, 0);
+    /* One publisher per ledger. */
+    tally_buf err;
+    tally_buf_init(&err, 0);
+    assert_int_equal(
+        tu_tally(&err, "--db '%s' publish --brokers '%s' --until-idle 1 2>&1", db, b.addr), 1);
+    assert_non_null(strstr(err.data, "another tally publish is running"));
+    tally_buf_release(&err);
     assert_int_equal(stop_pid(pid, SIGTERM, 10000), 0);
     tally_buf log;
     tally_buf_init(&log, 0);
@@ -623,6 +631,42 @@ static void test_sigterm(void **state)
     consume(b.addr, &s);
     size_t repeats;
     assert_int_equal(distinct_ids(&s, &repeats), 5);
+    assert_int_equal(repeats, 0);
+    msgs_release(&s);
+    broker_stop(&b);
+}
+
+/* The library entry `tally demo` uses: drains what is pending, or gives up
+ * at the timeout with the events still pending. */
+static void test_drain(void **state)
+{
+    (void)state;
+    fresh("publish-drain");
+    make_invoices(3);
+    tally_ledger *l = NULL;
+    char why[256], addr[64];
+    assert_int_equal(tally_ledger_open(db, &l, why, sizeof why), TALLY_OK);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    size_t n = 99;
+    assert_int_equal(tally_publish_drain(l, addr, NULL, 1500, &n), TALLY_KAFKA);
+    assert_int_equal(n, 0);
+    int64_t pending = 0;
+    assert_int_equal(tally_outbox_counts(l, &pending, NULL), TALLY_OK);
+    assert_int_equal(pending, 3);
+
+    broker b;
+    broker_start(&b, NULL);
+    assert_int_equal(tally_publish_drain(l, b.addr, TALLY_PUBLISH_TOPIC, 30000, &n), TALLY_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(tally_publish_drain(l, b.addr, NULL, 30000, &n), TALLY_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(tally_publish_drain(l, b.addr, NULL, 0, &n), TALLY_INVAL);
+    assert_int_equal(tally_publish_drain(l, b.addr, "bad topic", 1000, &n), TALLY_INVAL);
+    tally_ledger_close(l);
+    msgs s;
+    consume(b.addr, &s);
+    size_t repeats;
+    assert_int_equal(distinct_ids(&s, &repeats), 3);
     assert_int_equal(repeats, 0);
     msgs_release(&s);
     broker_stop(&b);
@@ -660,6 +704,7 @@ int main(void)
         cmocka_unit_test_teardown(test_broker_down_then_up, teardown),
         cmocka_unit_test_teardown(test_broker_not_listening_yet, teardown),
         cmocka_unit_test_teardown(test_sigterm, teardown),
+        cmocka_unit_test_teardown(test_drain, teardown),
         cmocka_unit_test_teardown(test_kill9_mid_drain, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
