@@ -68,11 +68,12 @@ typedef void (*tally_publish_progress_fn)(void *ctx, const tally_publish_stats *
 TALLY_MUST_CHECK tally_err tally_publisher_create(tally_ledger *l, const tally_publish_opts *opts,
                                                   tally_publisher **out, char *why, size_t cap);
 
-/* Publishes until *stop becomes non-zero (e.g. set by a SIGTERM handler),
- * until idle (until_idle_ms) or until the deadline. On a stop it produces
- * nothing new, waits up to message_timeout_ms for the reports of what is in
- * flight, stamps what was acknowledged and returns TALLY_OK; what was not
- * acknowledged stays pending. progress may be NULL.
+/* Publishes until *stop becomes non-zero (e.g. set by a SIGTERM handler;
+ * stop may be NULL), until idle (until_idle_ms) or until the deadline. Then
+ * it produces nothing new, waits up to message_timeout_ms + 1 s for the
+ * reports of what is in flight, and stamps what was acknowledged; what was
+ * not acknowledged stays pending. A stop returns TALLY_OK. progress may be
+ * NULL.
  * Errors: TALLY_KAFKA (the deadline passed with events pending, or the
  * producer could not be recreated after a fatal error), TALLY_DB, TALLY_IO,
  * TALLY_BUSY (the ledger refused or held off a stamp: those events stay
@@ -87,9 +88,11 @@ void tally_publisher_stats_get(const tally_publisher *p, tally_publish_stats *ou
  * accepts NULL. */
 void tally_publisher_destroy(tally_publisher *p);
 
-/* Publishes what is pending now and returns once the outbox is empty, or
- * after timeout_ms (> 0) with TALLY_KAFKA; *published (may be NULL) is the
- * number of events stamped sent. For `tally demo` and tests.
+/* Publishes what is pending and returns TALLY_OK once the outbox is empty,
+ * or TALLY_KAFKA after timeout_ms (> 0) with events still pending (plus at
+ * most min(timeout_ms, 10 s) + 1 s for what is then in flight). *published
+ * (may be NULL) is the number of events stamped sent. For `tally demo` and
+ * tests.
  * Errors: TALLY_INVAL, TALLY_KAFKA, and those of tally_publisher_run. */
 TALLY_MUST_CHECK tally_err tally_publish_drain(tally_ledger *l, const char *brokers,
                                                const char *topic, int timeout_ms,
