@@ -30,10 +30,9 @@ export TALLY_DB=$dir/tally.db TALLY_NOW=2026-03-31T12:00:00Z
 # One month of hourly usage for acme; a day of usage for 50 others.
 awk 'BEGIN {
   for (d = 1; d <= 30; d++) for (h = 0; h < 24; h++) {
-    t = sprintf("2026-03-%02dT%02d:00:00Z", d, h)
-    printf "{\"specversion\":\"1.0\",\"id\":\"g-%d-%d\",\"source\":\"bench\",\"type\":\"accelerator.usage\",\"subject\":\"acme\",\"time\":\"%s\",\"data\":{\"instance\":\"i-1\",\"sku\":\"h100\",\"pricing\":\"on_demand\",\"cards\":8,\"seconds\":3600}}\n", d, h, t
-    printf "{\"specversion\":\"1.0\",\"id\":\"s-%d-%d\",\"source\":\"bench\",\"type\":\"storage.usage\",\"subject\":\"acme\",\"time\":\"%s\",\"data\":{\"volume\":\"v-1\",\"class\":\"ssd\",\"bytes\":500000000000,\"seconds\":3600}}\n", d, h, t
-    printf "{\"specversion\":\"1.0\",\"id\":\"t-%d-%d\",\"source\":\"bench\",\"type\":\"tokens.usage\",\"subject\":\"acme\",\"time\":\"%s\",\"data\":{\"model\":\"m\",\"kind\":\"input\",\"tokens\":123456}}\n", d, h, t
+    printf "{\"specversion\":\"1.0\",\"id\":\"g-%d-%d\",\"source\":\"bench\",\"type\":\"accelerator.usage\",\"subject\":\"acme\",\"time\":\"2026-03-%02dT%02d:00:00Z\",\"data\":{\"instance\":\"i-1\",\"sku\":\"h100\",\"pricing\":\"on_demand\",\"cards\":8,\"seconds\":3600}}\n", d, h, d, h
+    printf "{\"specversion\":\"1.0\",\"id\":\"s-%d-%d\",\"source\":\"bench\",\"type\":\"storage.usage\",\"subject\":\"acme\",\"time\":\"2026-03-%02dT%02d:00:00Z\",\"data\":{\"volume\":\"v-1\",\"class\":\"ssd\",\"bytes\":500000000000,\"seconds\":3600}}\n", d, h, d, h
+    printf "{\"specversion\":\"1.0\",\"id\":\"t-%d-%d\",\"source\":\"bench\",\"type\":\"tokens.usage\",\"subject\":\"acme\",\"time\":\"2026-03-%02dT%02d:00:00Z\",\"data\":{\"model\":\"m\",\"kind\":\"input\",\"tokens\":123456}}\n", d, h, d, h
   }
   for (a = 1; a <= 50; a++)
     printf "{\"specversion\":\"1.0\",\"id\":\"o-%d\",\"source\":\"bench\",\"type\":\"accelerator.usage\",\"subject\":\"acct-%d\",\"time\":\"2026-03-10T00:00:00Z\",\"data\":{\"instance\":\"i-%d\",\"sku\":\"a100-40g\",\"pricing\":\"on_demand\",\"cards\":1,\"seconds\":3600}}\n", a, a, a

@@ -8,8 +8,8 @@
  * target up to the first '\n'; the rest is the body.
  *
  * Invariants: every request is answered exactly once with a status in
- * 200..599; every JSON answer parses; an account key never gets a 2xx for
- * a path naming another account; the parsers stay inside their input. */
+ * 200..599; every JSON answer parses; an account key is never answered 2xx
+ * for a path naming another account; the parsers stay inside their input. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Admin endpoints: credit grants and spot prices. The router lets only admin
  * keys reach these handlers. Amounts and prices are decimal strings parsed
  * exactly; a JSON number is refused so that no client ever rounds money
- * through a binary float on its way here. */
+ * through an inexact binary number on its way here. */
 #include <stdio.h>
 #include <string.h>
 

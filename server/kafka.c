@@ -131,7 +131,7 @@ void srv_kafka_destroy(srv_kafka *k)
 {
     if (!k)
         return;
-    /* Every request still waiting gets its answer: delivered, or failed. */
+    /* Every request still waiting is answered: delivered, or failed. */
     if (rd_kafka_flush(k->rk, FLUSH_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     serve_queue(k);

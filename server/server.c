@@ -6,8 +6,9 @@
  * and the read/write timeout that drops slow and idle clients. Bodies over
  * TALLY_HTTP_MAX_BODY but within the transport limit are answered 413 by the
  * router with a JSON error. What evhttp refuses itself (past the transport
- * limit, malformed requests, methods it does not know) gets libevent 2.1's
- * own HTML error body: it calls its internal handler, not ours, for those. */
+ * limit, malformed requests, methods it does not know) is answered with
+ * libevent 2.1's own HTML error body: it calls its internal handler, not
+ * ours, for those. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>

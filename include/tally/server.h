@@ -46,7 +46,7 @@
  * "forbidden" per event and are neither stored, produced nor quarantined.
  *
  * Keys and tenants: an account key sees only its own account; a path naming
- * another account, or an invoice id of another account, gets exactly the 404
+ * another account, or an invoice id of another account, is answered exactly the 404
  * of something that does not exist. Admin keys see every account. Credits and
  * spot prices need an admin key (403 for account keys, 401 without a key).
  *

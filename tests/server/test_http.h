@@ -81,8 +81,8 @@ static inline void fx_ledger(http_fixture *f, const char *tag)
 
 /* Spawns argv with stdout and stderr in <dir>/<tag>.out and .err (stdin
  * /dev/null) and waits for the first line of its stdout. */
-static inline pid_t spawn_first_line(const char *dir, const char *tag, const char *const *argv, char *line,
-                              size_t cap)
+static inline pid_t spawn_first_line(const char *dir, const char *tag, const char *const *argv,
+                                     char *line, size_t cap)
 {
     char out_path[700], err_path[700];
     snprintf(out_path, sizeof out_path, "%s/%s.out", dir, tag);
@@ -148,8 +148,8 @@ static inline void fx_stop(http_fixture *f)
 
 /* One request with curl. auth is the whole Authorization value or NULL;
  * body (if not NULL) is sent as is. Returns the status. */
-static inline int http_req(const http_fixture *f, http_answer *a, const char *method, const char *path,
-                    const char *auth, const char *body, size_t body_len)
+static inline int http_req(const http_fixture *f, http_answer *a, const char *method,
+                           const char *path, const char *auth, const char *body, size_t body_len)
 {
     char body_path[700], hdr_path[700];
     snprintf(body_path, sizeof body_path, "%s/req.body", f->dir);
@@ -176,20 +176,21 @@ static inline int http_req(const http_fixture *f, http_answer *a, const char *me
         fail_msg("curl %s %s failed (exit %d)", method, path, rc);
     char *nl = strrchr(out.data, '\n');
     assert_non_null(nl);
-    a->status = atoi(nl + 1);
+    a->status = (int)strtol(nl + 1, NULL, 10);
     assert_int_equal(tally_buf_append(&a->body, out.data, (size_t)(nl - out.data)), TALLY_OK);
     tally_buf_release(&out);
     assert_int_equal(tu_read_file(hdr_path, &a->headers), 0);
     return a->status;
 }
 
-static inline int http_get(const http_fixture *f, http_answer *a, const char *path, const char *auth)
+static inline int http_get(const http_fixture *f, http_answer *a, const char *path,
+                           const char *auth)
 {
     return http_req(f, a, "GET", path, auth, NULL, 0);
 }
 
-static inline int http_send(const http_fixture *f, http_answer *a, const char *method, const char *path,
-                     const char *auth, const char *body)
+static inline int http_send(const http_fixture *f, http_answer *a, const char *method,
+                            const char *path, const char *auth, const char *body)
 {
     return http_req(f, a, method, path, auth, body, strlen(body));
 }
@@ -217,8 +218,8 @@ static inline void assert_healthy(const http_fixture *f)
 }
 
 /* An accelerator usage event as JSON. */
-static inline void event_json(char *out, size_t cap, const char *id, const char *account, const char *sku,
-                       const char *time, int cards, int seconds)
+static inline void event_json(char *out, size_t cap, const char *id, const char *account,
+                              const char *sku, const char *time, int cards, int seconds)
 {
     snprintf(out, cap,
              "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"host-1\","

@@ -259,7 +259,8 @@ static int connect_raw(void)
     char *colon = strrchr(host, ':');
     assert_non_null(colon);
     *colon = '\0';
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10))};
     assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
