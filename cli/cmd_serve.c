@@ -8,10 +8,24 @@
 #include "cli.h"
 #include "tally/server.h"
 
+static void print_help(void)
+{
+    printf("\nOptions:\n"
+           "  --listen ADDR     HOST:PORT, :PORT or PORT (host 127.0.0.1); port 0 picks a free\n"
+           "                    one. The bound address is the first line on stdout.\n"
+           "  --brokers B       produce posted events to Kafka instead of ingesting them\n"
+           "  --topic T         the usage topic (with --brokers)\n"
+           "  --timeout S       close connections idle or stalled for S seconds (default 30)\n\n"
+           "Keys: tally apikey create (--account ID | --admin). The endpoints are listed in\n"
+           "include/tally/server.h.\n");
+}
+
 int cmd_serve(cli_ctx *ctx, int argc, char **argv)
 {
-    if (cli_wants_help(ctx, argc, argv))
+    if (cli_wants_help(ctx, argc, argv)) {
+        print_help();
         return CLI_OK;
+    }
     const char *listen = NULL, *brokers = NULL, *topic = NULL, *timeout = NULL;
     const cli_opt opts[] = {{"listen", &listen, NULL},
                             {"brokers", &brokers, NULL},
@@ -26,6 +40,8 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv)
         cli_usage(ctx, true);
         return CLI_USAGE;
     }
+    if (!tally_server_addr_ok(listen))
+        return cli_error(ctx, CLI_USAGE, "--listen: '%s' is not HOST:PORT, :PORT or PORT", listen);
     int64_t timeout_s = 0;
     if (timeout && (rc = cli_parse_int(ctx, "--timeout", timeout, 1, 3600, &timeout_s)))
         return rc;

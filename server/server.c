@@ -166,6 +166,13 @@ static bool split_listen(const char *listen, char *host, size_t cap, uint16_t *p
     return true;
 }
 
+bool tally_server_addr_ok(const char *listen)
+{
+    char host[256];
+    uint16_t port;
+    return split_listen(listen, host, sizeof host, &port);
+}
+
 tally_err tally_server_listen(tally_server *s, const char *listen, char *bound, size_t cap,
                               char *why, size_t why_cap)
 {

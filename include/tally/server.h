@@ -99,6 +99,10 @@ TALLY_MUST_CHECK tally_err tally_server_create(const tally_server_opts *o, tally
  * frees everything. Accepts NULL. */
 void tally_server_destroy(tally_server *s);
 
+/* Whether listen is a well-formed listen address (see tally_server_listen),
+ * so that callers can refuse a bad one before opening anything. */
+bool tally_server_addr_ok(const char *listen);
+
 /* Binds the listening socket. listen is "HOST:PORT", ":PORT" (127.0.0.1)
  * or "PORT"; port 0 picks a free one. The bound address ("127.0.0.1:41234")
  * is written to bound. Errors: TALLY_INVAL (malformed address), TALLY_IO
