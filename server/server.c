@@ -149,7 +149,8 @@ static tally_err make_loop(tally_server *s)
     return TALLY_OK;
 }
 
-/* Splits "HOST:PORT", ":PORT" or "PORT"; host defaults to 127.0.0.1. */
+/* Splits "HOST:PORT", "[IPV6]:PORT", ":PORT" or "PORT"; host defaults to
+ * 127.0.0.1. */
 static bool split_listen(const char *listen, char *host, size_t cap, uint16_t *port)
 {
     const char *colon = strrchr(listen, ':');
@@ -159,9 +160,14 @@ static bool split_listen(const char *listen, char *host, size_t cap, uint16_t *p
     if (!*p || *end || v < 0 || v > 65535 || p[0] == '-' || p[0] == '+' || p[0] == ' ')
         return false;
     size_t hlen = colon ? (size_t)(colon - listen) : 0;
-    if (hlen >= cap)
+    const char *h = listen;
+    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    }
+    if (hlen >= cap || memchr(h, '[', hlen) || memchr(h, ']', hlen))
         return false;
-    snprintf(host, cap, "%.*s", (int)hlen, hlen ? listen : "127.0.0.1");
+    snprintf(host, cap, "%.*s", (int)hlen, hlen ? h : "127.0.0.1");
     *port = (uint16_t)v;
     return true;
 }
