@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "demo_stream.h"
 #include "tally/buf.h"
+#include "tally/publish.h"
 #include "tally/sign.h"
 
 typedef struct demo {
@@ -195,6 +196,34 @@ static tally_err summary_row(void *ctx, int ncols, const char *const *c)
     return TALLY_OK;
 }
 
+/* Drains the outbox to the invoices topic and reads the topic back with
+ * kcat, the way a downstream system would watch it. */
+static int announce(demo *d)
+{
+    tally_ledger *l = NULL;
+    cli_ctx sub = {.db_path = d->db, .cmd = "demo"};
+    int rc = cli_open_ledger(&sub, &l);
+    if (rc)
+        return rc;
+    size_t n = 0;
+    tally_err e = tally_publish_drain(l, d->bootstrap, TALLY_PUBLISH_TOPIC, 30000, &n);
+    tally_ledger_close(l);
+    if (e)
+        return cli_error(d->ctx, CLI_FAIL, "publishing the invoice events failed: %s",
+                         tally_err_str(e));
+    printf("   announced %zu events on topic %s; a consumer sees:\n", n, TALLY_PUBLISH_TOPIC);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "kcat -C -b '%s' -t %s -o beginning -e -q -f '%%k  %%s\\n' 2>/dev/null | "
+             "cut -c1-100 | sed 's/^/     /'",
+             d->bootstrap, TALLY_PUBLISH_TOPIC);
+    printf("   $ kcat -C -b %s -t %s -o beginning -e\n", d->bootstrap, TALLY_PUBLISH_TOPIC);
+    fflush(stdout);
+    if (system(cmd) != 0)
+        printf("     (kcat is not installed; run scripts/deps)\n");
+    return CLI_OK;
+}
+
 static int summary(demo *d)
 {
     tally_ledger *l = NULL;
@@ -258,6 +287,9 @@ static int steps(demo *d)
     memcpy(args, inv, sizeof inv);
     args[6] = d->out;
     if ((rc = run_self(d, args)))
+        return rc;
+    printf("== 5. announcing the invoices (CloudEvents on Kafka, from the ledger's outbox)\n");
+    if ((rc = announce(d)))
         return rc;
     return summary(d);
 }

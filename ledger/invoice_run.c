@@ -236,6 +236,8 @@ static tally_err finalize(run *r, const tally_account *a, const tally_rating_res
     sealed.doc = r->doc.data;
     sealed.len = r->doc.len;
     e = inv_store(r->l, &d, &sealed);
+    if (!e) /* announced from the outbox, in this same transaction */
+        e = ledger_outbox_invoice_finalized(r->l, d.invoice_id, a->id, r->doc.data, r->doc.len);
     if (!e)
         e = inv_post_invoice(r->l, &d);
     if (!e)

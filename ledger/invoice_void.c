@@ -269,6 +269,8 @@ static tally_err issue(tally_ledger *l, const voided *v, const char *reason, con
         e = inv_store(l, &d, &s);
     if (!e)
         e = reverse_entry(l, v, id);
+    if (!e) /* creditnote.issued and invoice.voided, in this same transaction */
+        e = ledger_outbox_invoice_voided(l, v->id, id, v->account, doc.data, doc.len);
     if (!e && cn_id && cap)
         snprintf(cn_id, cap, "%s", id);
     tally_buf_release(&doc);
