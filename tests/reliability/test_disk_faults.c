@@ -1,0 +1,335 @@
+/* Disk faults under an ingest batch, through the fault-injecting VFS
+ * (include/tally/faultvfs.h), in-process with the library: tally_batch_*
+ * fed by tally_ingest_message, offsets of two partitions per batch.
+ *
+ * For every N over the writes, syncs and truncates that committing one
+ * batch (and checkpointing, and closing) performs:
+ *  - a transient I/O error on call N: the commit fails with TALLY_IO and a
+ *    message, or succeeds if SQLite could do without that call; a retry on
+ *    the same connection then commits; after reopening the ledger holds the
+ *    batch exactly once;
+ *  - a dead disk or a full disk from call N on (nothing more is written,
+ *    the connection is closed as a killed process would leave the files):
+ *    after reopening, the ledger holds all of the batch with its offsets or
+ *    none of it, integrity_check is ok, and committing again from the
+ *    stored offsets completes it;
+ *  - a power cut at call N (writes not yet synced are lost, whole or torn
+ *    by sector) during a run of batches: every batch whose commit returned
+ *    TALLY_OK is there after reopening, the one in flight is all there or
+ *    not at all.
+ * "Holds" is checked against the stream model (rel_model.h): the stored
+ * offsets account exactly for the dedupe keys, quarantine rows and usage. */
+#include <unistd.h>
+
+#include "rel_check.h"
+#include "tally/faultvfs.h"
+#include "tally/ingest.h"
+
+#define PARTS    2
+#define ACCOUNTS 12
+#define BATCH    150
+#define BATCHES  4
+
+typedef struct disk {
+    char dir[512], base[600], work[600], why[1024];
+    rel_stream st;
+    int64_t next[BATCHES + 2][PARTS]; /* offsets after batch i (row 0: base) */
+} disk;
+
+static disk D;
+
+static tally_ledger *open_ledger(const char *path)
+{
+    tally_ledger *l = NULL;
+    if (tally_ledger_open(path, &l, D.why, sizeof D.why) != TALLY_OK)
+        fail_msg("cannot open %s: %s", path, D.why);
+    return l;
+}
+
+/* Queues messages of batch i (stream items [i*BATCH, (i+1)*BATCH)) and the
+ * offsets they end at, from expected (the stored ones; -1: none). */
+static void queue_batch(tally_batch *b, int i, const int64_t *expected)
+{
+    char origin[64];
+    for (long k = (long)i * BATCH; k < (long)(i + 1) * BATCH; k++) {
+        const rel_msg *m = &D.st.m[k];
+        snprintf(origin, sizeof origin, "kafka:usage/%d@%lld", m->part, (long long)m->offset);
+        assert_int_equal(
+            tally_ingest_message(b, m->text, strlen(m->text), origin, tally_now_s(), NULL),
+            TALLY_OK);
+    }
+    for (int p = 0; p < PARTS; p++)
+        assert_int_equal(
+            tally_batch_set_offset(b, "usage", p, expected[p] ? expected[p] : -1, D.next[i + 1][p]),
+            TALLY_OK);
+}
+
+static tally_err commit_batch(tally_ledger *l, int i, const int64_t *expected)
+{
+    tally_batch *b = NULL;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    queue_batch(b, i, expected);
+    tally_err e = tally_batch_commit(b, NULL, NULL);
+    tally_batch_destroy(b);
+    return e;
+}
+
+/* The batch index whose end the stored offsets name (-1 if none), after
+ * checking the whole ledger against the model. */
+static int stored_batch(const char *path)
+{
+    rel_snap s;
+    if (!rel_snap_read(path, &s, D.why, sizeof D.why) ||
+        !rel_snap_check(&s, &D.st, NULL, D.why, sizeof D.why))
+        fail_msg("%s", D.why);
+    int at = -1;
+    for (int i = 0; i <= BATCHES; i++)
+        if (memcmp(s.next, D.next[i], sizeof D.next[i]) == 0)
+            at = i;
+    rel_snap_free(&s);
+    if (at < 0)
+        fail_msg("the stored offsets end no batch: a batch was stored in part");
+    return at;
+}
+
+static void copy_base(void)
+{
+    assert_int_equal(tu_sh(NULL, "rm -f '%s'* && cp '%s' '%s'", D.work, D.base, D.work), 0);
+}
+
+/* The stream, offsets as a Kafka partition would number them, and a base
+ * ledger (rate card only) closed cleanly, so it is one file. */
+static int setup(void **state)
+{
+    (void)state;
+    setenv("TALLY_NOW", "2026-04-02T00:00:00Z", 1);
+    /* The shim decides what is durable; real fsyncs would only cost time. */
+    if (access("/dev/shm", W_OK) == 0)
+        setenv("TALLY_TEST_TMP", "/dev/shm/tally-tests", 1);
+    if (tally_faultvfs_install() != TALLY_OK)
+        return -1;
+    snprintf(D.dir, sizeof D.dir, "%s", tu_tmpdir("disk-faults"));
+    snprintf(D.base, sizeof D.base, "%s/base.db", D.dir);
+    snprintf(D.work, sizeof D.work, "%s/work.db", D.dir);
+    rel_stream_make(&D.st, (long)BATCH * BATCHES, ACCOUNTS, PARTS, 77);
+    int64_t count[PARTS] = {0};
+    for (int i = 0; i < BATCHES; i++) {
+        for (long k = (long)i * BATCH; k < (long)(i + 1) * BATCH; k++)
+            D.st.m[k].offset = count[D.st.m[k].part]++;
+        memcpy(D.next[i + 1], count, sizeof count);
+    }
+    tally_ledger *l = open_ledger(D.base);
+    tally_buf card;
+    tally_buf_init(&card, 0);
+    assert_int_equal(tu_read_file(tu_src("fixtures/pricebook/ratecard.json"), &card), 0);
+    assert_int_equal(tally_ledger_ratecard_load(l, card.data, card.len, D.why, sizeof D.why),
+                     TALLY_OK);
+    tally_buf_release(&card);
+    tally_ledger_close(l);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tally_faultvfs_disarm();
+    rel_stream_free(&D.st);
+    return 0;
+}
+
+static void assert_integrity(const char *path)
+{
+    tally_ledger *l = open_ledger(path);
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tally_ledger_query(l, "PRAGMA integrity_check", NULL, 0, rel_row_text, &out),
+                     TALLY_OK);
+    if (strcmp(out.data ? out.data : "", "ok\n") != 0)
+        fail_msg("integrity_check: %s", out.data ? out.data : "(nothing)");
+    tally_buf_release(&out);
+    tally_ledger_close(l);
+}
+
+/* A fresh copy of the base with batch 0 committed, open. */
+static tally_ledger *start_work(void)
+{
+    copy_base();
+    tally_ledger *l = open_ledger(D.work);
+    assert_int_equal(commit_batch(l, 0, D.next[0]), TALLY_OK);
+    return l;
+}
+
+/* Counted calls of a fault-free commit of batch 1 after start_work, then
+ * a checkpoint or closing the connection. */
+static int64_t window_ops(bool then_close)
+{
+    tally_ledger *l = start_work();
+    int64_t before = tally_faultvfs_count(TALLY_FAULT_ANY);
+    assert_int_equal(commit_batch(l, 1, D.next[1]), TALLY_OK);
+    if (!then_close)
+        assert_int_equal(tally_ledger_exec(l, "PRAGMA wal_checkpoint(TRUNCATE)"), TALLY_OK);
+    int64_t n = tally_faultvfs_count(TALLY_FAULT_ANY) - before;
+    tally_ledger_close(l);
+    if (then_close)
+        n = tally_faultvfs_count(TALLY_FAULT_ANY) - before;
+    assert_true(n > 2);
+    return n;
+}
+
+/* A transient I/O error on each call of a commit and a checkpoint. */
+static void test_transient_error_each_call(void **state)
+{
+    (void)state;
+    int64_t ops = window_ops(false);
+    long refused = 0, tolerated = 0;
+    for (int64_t n = 1; n <= ops; n++) {
+        tally_ledger *l = start_work();
+        tally_faultvfs_arm(TALLY_FAULT_FAIL_ONCE, TALLY_FAULT_ANY, n, TALLY_FAULT_EIO);
+        tally_err e = commit_batch(l, 1, D.next[1]);
+        tally_err ck = tally_ledger_exec(l, "PRAGMA wal_checkpoint(TRUNCATE)");
+        assert_int_equal(tally_faultvfs_failed(), 1);
+        tally_faultvfs_disarm();
+        if (e != TALLY_OK) {
+            assert_int_equal(e, TALLY_IO);
+            assert_true(tally_ledger_errmsg(l)[0] != '\0');
+            int64_t stored = -2;
+            assert_int_equal(tally_ledger_offset_get(l, "usage", 0, &stored), TALLY_OK);
+            assert_int_equal(stored, D.next[1][0]); /* not advanced by the failed batch */
+            assert_int_equal(commit_batch(l, 1, D.next[1]), TALLY_OK);
+            refused++;
+        } else {
+            tolerated += ck == TALLY_OK; /* SQLite did without that call */
+        }
+        tally_ledger_close(l);
+        assert_int_equal(stored_batch(D.work), 2);
+        assert_integrity(D.work);
+    }
+    printf("transient EIO: %lld calls, %ld refused with TALLY_IO then retried, %ld tolerated, "
+           "%lld failed the checkpoint only\n",
+           (long long)ops, refused, tolerated, (long long)(ops - refused - tolerated));
+}
+
+/* Nothing more reaches the disk from call n on (dead or full disk); the
+ * files are then as a process killed at that call would leave them. */
+static void dead_disk_at(int64_t n, tally_fault_kind kind, long *outcome)
+{
+    tally_ledger *l = start_work();
+    tally_faultvfs_arm(TALLY_FAULT_FAIL_STICKY, TALLY_FAULT_ANY, n, kind);
+    tally_err e = commit_batch(l, 1, D.next[1]);
+    if (e != TALLY_OK) {
+        assert_int_equal(e, TALLY_IO);
+        assert_true(tally_ledger_errmsg(l)[0] != '\0');
+    }
+    tally_ledger_close(l);
+    assert_true(tally_faultvfs_failed() > 0);
+    tally_faultvfs_disarm();
+    int at = stored_batch(D.work);
+    assert_integrity(D.work);
+    if (e == TALLY_OK)
+        assert_int_equal(at, 2); /* acknowledged, so durable */
+    assert_true(at == 1 || at == 2);
+    outcome[at - 1]++;
+    /* Carry on from what is stored: the batch once, whichever way it went. */
+    l = open_ledger(D.work);
+    tally_err again = commit_batch(l, 1, D.next[1]);
+    assert_int_equal(again, at == 1 ? TALLY_OK : TALLY_STALE);
+    tally_ledger_close(l);
+    assert_int_equal(stored_batch(D.work), 2);
+}
+
+static void test_dead_or_full_disk_each_call(void **state)
+{
+    (void)state;
+    int64_t ops = window_ops(true);
+    for (int kind = TALLY_FAULT_EIO; kind <= TALLY_FAULT_ENOSPC; kind++) {
+        long outcome[2] = {0, 0};
+        for (int64_t n = 1; n <= ops; n++)
+            dead_disk_at(n, (tally_fault_kind)kind, outcome);
+        printf("%s from call N on, N = 1..%lld: batch absent %ld times, whole %ld times, "
+               "never in part\n",
+               kind == TALLY_FAULT_EIO ? "dead disk (EIO)" : "full disk (ENOSPC)", (long long)ops,
+               outcome[0], outcome[1]);
+    }
+}
+
+/* A full disk: a clear error, the ledger still readable, and the same
+ * connection commits once space is back. */
+static void test_disk_full_then_space(void **state)
+{
+    (void)state;
+    tally_ledger *l = start_work();
+    tally_faultvfs_arm(TALLY_FAULT_FAIL_STICKY, TALLY_FAULT_WRITE, 1, TALLY_FAULT_ENOSPC);
+    assert_int_equal(commit_batch(l, 1, D.next[1]), TALLY_IO);
+    assert_non_null(strstr(tally_ledger_errmsg(l), "full"));
+    assert_int_equal(commit_batch(l, 1, D.next[1]), TALLY_IO); /* still full */
+    int64_t stored = -2;
+    assert_int_equal(tally_ledger_offset_get(l, "usage", 1, &stored), TALLY_OK);
+    assert_int_equal(stored, D.next[1][1]);
+    tally_faultvfs_disarm();
+    assert_int_equal(commit_batch(l, 1, D.next[1]), TALLY_OK);
+    tally_ledger_close(l);
+    assert_int_equal(stored_batch(D.work), 2);
+    rel_assert_sound(D.work, NULL);
+}
+
+/* Batches 0.. committed one after another until call n, when the power
+ * goes: nothing more is written, and what was not synced is lost (whole, or
+ * torn by sector with torn_seed). Returns the batches acknowledged; with
+ * no_sync (synchronous=OFF, to show the check can fail) whether one of them
+ * was lost. */
+static int power_cut_at(int64_t n, uint64_t torn_seed, bool no_sync)
+{
+    copy_base();
+    tally_faultvfs_track(true);
+    tally_ledger *l = open_ledger(D.work);
+    if (no_sync)
+        assert_int_equal(tally_ledger_exec(l, "PRAGMA synchronous=OFF"), TALLY_OK);
+    tally_faultvfs_arm(TALLY_FAULT_FAIL_STICKY, TALLY_FAULT_ANY, n, TALLY_FAULT_EIO);
+    int acked = 0;
+    while (acked < BATCHES && commit_batch(l, acked, D.next[acked]) == TALLY_OK)
+        acked++;
+    tally_ledger_close(l);
+    tally_faultvfs_disarm();
+    assert_int_equal(tally_faultvfs_power_cut(torn_seed), TALLY_OK);
+    tally_faultvfs_track(false);
+    int at = stored_batch(D.work);
+    assert_integrity(D.work);
+    if (no_sync)
+        return at < acked;
+    if (at < acked || at > acked + 1)
+        fail_msg("power cut at call %lld (torn %llu): %d batches acknowledged, %d stored",
+                 (long long)n, (unsigned long long)torn_seed, acked, at);
+    return acked;
+}
+
+static void test_power_cut_each_call(void **state)
+{
+    (void)state;
+    copy_base();
+    tally_ledger *l = open_ledger(D.work);
+    int64_t before = tally_faultvfs_count(TALLY_FAULT_ANY);
+    for (int i = 0; i < BATCHES; i++)
+        assert_int_equal(commit_batch(l, i, D.next[i]), TALLY_OK);
+    tally_ledger_close(l);
+    int64_t ops = tally_faultvfs_count(TALLY_FAULT_ANY) - before;
+    long cuts = 0;
+    for (int64_t n = 1; n <= ops + 1; n++)
+        for (uint64_t torn = 0; torn < 2; torn++, cuts++)
+            (void)power_cut_at(n, torn ? (uint64_t)n * 31 + 5 : 0, false);
+    /* The harness has teeth: without syncs, acknowledged batches are lost. */
+    assert_true(power_cut_at(ops / 2, 0, true));
+    printf("power cut: %ld cuts over %lld calls of %d batches (lost and torn unsynced writes), "
+           "every acknowledged batch kept, none in part\n",
+           cuts, (long long)ops, BATCHES);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_transient_error_each_call),
+        cmocka_unit_test(test_dead_or_full_disk_each_call),
+        cmocka_unit_test(test_disk_full_then_space),
+        cmocka_unit_test(test_power_cut_each_call),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
