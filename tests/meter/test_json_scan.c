@@ -303,6 +303,28 @@ static void check_agree(const char *buf, size_t len)
         fail_msg("%s: %.*s", why, (int)len, buf);
 }
 
+/* The differences fuzzing found: json-c accepts these, the scanner does not
+ * (RFC 8259 forbids them), and the differential check allows exactly that. */
+static void test_jsonc_leniencies(void **state)
+{
+    static const char *const docs[] = {
+        "[00]",          "[-01]", "[01.5]",   "[01e1]",         "[-.5]",
+        "[1.]",          "[0.]",  "[\"\t\"]", "[\"\xc0\x80\"]", "[\"\xed\xa0\x80\"]",
+        "[\"\\ud800\"]",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        assert_false(valid(docs[i]));
+        assert_true(jd_jsonc_accepts(docs[i], strlen(docs[i])));
+        assert_null(jd_compare(docs[i], strlen(docs[i])));
+    }
+    /* and not more: json-c refuses these too */
+    static const char *const both[] = {"[012]", "[-]", "[.5]", "[\"\xff\"]"};
+    for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) {
+        assert_false(valid(both[i]));
+        assert_false(jd_jsonc_accepts(both[i], strlen(both[i])));
+    }
+}
+
 /* Every string of up to 5 bytes over JSON's structural alphabet. */
 static void test_differential_exhaustive(void **state)
 {
@@ -434,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_equal),
         cmocka_unit_test(test_prefixes),
+        cmocka_unit_test(test_jsonc_leniencies),
         cmocka_unit_test(test_differential_exhaustive),
         cmocka_unit_test(test_differential_random),
         cmocka_unit_test(test_reads_jsonc_output),
