@@ -146,7 +146,7 @@ static tally_err check_opts(tally_consumer *c, const tally_consumer_opts *o, cha
 static tally_err make_state(tally_consumer *c, char *why, size_t cap)
 {
     for (int i = 0; i < 2; i++)
-        if (chunk_init(&c->chunks[i], (size_t)c->o.batch_events)) {
+        if (chunk_init(&c->chunks[i], (size_t)c->o.batch_events * CHUNK_GROWTH)) {
             snprintf(why, cap, "out of memory");
             return TALLY_NOMEM;
         }
@@ -271,6 +271,12 @@ static void warn_behind(tally_consumer *c, part *p, const rd_kafka_message_t *m)
             c->topic, (int)m->partition, (long long)m->offset, (long long)p->next);
 }
 
+/* A chunk that must be committed before it takes anything more. */
+static bool chunk_full(const chunk *k)
+{
+    return k->n == k->cap || k->arena_len >= CHUNK_MAX_BYTES;
+}
+
 /* Decodes one message into the chunk being filled. */
 static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, int64_t now_ms)
 {
@@ -280,8 +286,13 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
         on_error(c, m);
         return;
     }
-    if (!p || !p->assigned || k->n == k->cap)
+    if (!p || !p->assigned)
         return;
+    if (chunk_full(k)) { /* consume_once never polls into a full chunk */
+        fprintf(stderr, "tally meter: internal error: message past a full batch\n");
+        c->fatal = TALLY_INTERNAL;
+        return;
+    }
     if (p->next >= 0 && m->offset < p->next) {
         warn_behind(c, p, m);
         return;
@@ -342,14 +353,22 @@ static void progress_tick(tally_consumer *c, tally_consumer_progress_fn fn, void
     c->next_progress_ms = now_ms + PROGRESS_MS;
 }
 
+/* A chunk that is due (by size or age): it is committed as soon as the
+ * commit thread is free, and keeps growing (up to full) while it is not,
+ * so a backlog is committed in fewer, larger transactions. */
+static bool chunk_due(const tally_consumer *c, const chunk *k, int64_t now_ms)
+{
+    return k->n > 0 && ((int64_t)k->n >= c->o.batch_events || k->arena_len >= CHUNK_DUE_BYTES ||
+                        now_ms - k->first_ms >= c->o.batch_ms);
+}
+
 /* Takes up to a burst of messages, one poll each: a rebalance callback runs
  * inside a poll, so every message is either taken before it (and committed
  * by it) or returned after it (from the new positions); a batch call could
  * hand back both kinds in one array. */
 static void consume_once(tally_consumer *c)
 {
-    chunk *k = &c->chunks[c->fill];
-    if (k->n == k->cap || k->arena_len >= CHUNK_MAX_BYTES) {
+    if (chunk_full(&c->chunks[c->fill])) {
         pipeline_seal(c, false);
         return;
     }
@@ -363,14 +382,12 @@ static void consume_once(tally_consumer *c)
             now_ms = cons_now_ms();
         take(c, m, now_s, now_ms);
         rd_kafka_message_destroy(m);
-        k = &c->chunks[c->fill];
-        if (k->n == k->cap || k->arena_len >= CHUNK_MAX_BYTES)
+        const chunk *k = &c->chunks[c->fill];
+        if (chunk_full(k) || (!c->in_flight && (int64_t)k->n >= c->o.batch_events))
             break;
     }
     pipeline_collect(c, false);
-    now_ms = cons_now_ms();
-    k = &c->chunks[c->fill];
-    if (k->n > 0 && !c->in_flight && now_ms - k->first_ms >= c->o.batch_ms)
+    if (!c->in_flight && chunk_due(c, &c->chunks[c->fill], cons_now_ms()))
         pipeline_seal(c, false);
 }
 

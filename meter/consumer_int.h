@@ -22,8 +22,10 @@
 #include "tally/ledger.h"
 #include "tally/meter.h"
 
-#define CHUNK_MAX_BYTES ((size_t)64 << 20) /* payload bytes held by one chunk */
-#define ORIGIN_MAX      320                /* "kafka:" topic(<=249) "/" p "@" offset */
+#define CHUNK_DUE_BYTES ((size_t)16 << 20) /* payload bytes that make a chunk due */
+#define CHUNK_MAX_BYTES ((size_t)64 << 20) /* payload bytes one chunk may hold */
+#define CHUNK_GROWTH    4   /* a chunk holds up to this many batches' worth while it waits */
+#define ORIGIN_MAX      320 /* "kafka:" topic(<=249) "/" p "@" offset */
 
 /* One consumed message, decoded. Its key and value are copied into the
  * chunk's arena, so the Kafka message (which pins its whole fetch response)

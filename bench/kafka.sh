@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Kafka benchmark: a bare counting consumer, kcat and `tally meter` read the
+# same pre-produced topic of the embedded broker, in the same run.
+#
+#   bench/kafka.sh [BUILD_DIR]          (default: build)
+#
+# Environment: EVENTS (default 1000000), PARTITIONS (default 128: the mock
+# broker keeps about 5 MB per partition, so EVENTS x ~275 bytes must fit),
+# METER_ARGS (extra `tally meter` options), KEEP=1 keeps the work folder.
+#
+# Each consumer's rate excludes joining the group: it is messages / (time of
+# the last message or commit - time of the first message). Peak RSS and CPU
+# seconds come from /usr/bin/time -v. Prints one line per consumer and the
+# ratio meter/baseline.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}
+EVENTS=${EVENTS:-1000000}
+PARTITIONS=${PARTITIONS:-128}
+work=$(mktemp -d "${TMPDIR:-/tmp}/tally-kafka-bench.XXXXXX")
+broker_pid=
+cleanup() {
+  [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null && wait "$broker_pid" 2>/dev/null
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+for t in tally bench_produce bench_kafka_baseline; do
+  [ -x "$B/$t" ] || { echo "kafka.sh: $B/$t missing (cmake --build $B)" >&2; exit 1; }
+done
+
+# Fields of /usr/bin/time -v output.
+peak_rss_mb() { awk -F': ' '/Maximum resident/ {printf "%d", $2 / 1024}' "$1"; }
+cpu_s() { awk -F': ' '/User time/ {u=$2} /System time/ {s=$2} END {printf "%.1f", u + s}' "$1"; }
+
+"$B/tally" broker --partitions "$PARTITIONS" >"$work/broker.out" 2>"$work/broker.err" &
+broker_pid=$!
+for _ in $(seq 100); do [ -s "$work/broker.out" ] && break; sleep 0.1; done
+bootstrap=$(head -1 "$work/broker.out")
+echo "broker $bootstrap, $PARTITIONS partitions"
+
+"$B/bench_produce" --brokers "$bootstrap" --topic usage --events "$EVENTS" | sed 's/^/produce: /'
+
+# 1. The bare consumer.
+/usr/bin/time -v "$B/bench_kafka_baseline" --brokers "$bootstrap" --topic usage \
+  --group bench-base --expect "$EVENTS" >"$work/base.out" 2>"$work/base.time"
+base_rate=$(sed 's/.*rate=\([0-9]*\).*/\1/' "$work/base.out")
+echo "baseline: $(cat "$work/base.out") rss_mb=$(peak_rss_mb "$work/base.time") cpu_s=$(cpu_s "$work/base.time")"
+
+# 2. kcat (plain consumer, no group): time to the first message subtracted.
+t0=$(date +%s%N)
+kcat -C -b "$bootstrap" -t usage -o beginning -c 1 -q -f '%o\n' >/dev/null
+t1=$(date +%s%N)
+/usr/bin/time -v kcat -C -b "$bootstrap" -t usage -o beginning -e -q -f '%o\n' \
+  >"$work/kcat.out" 2>"$work/kcat.time"
+t2=$(date +%s%N)
+kcat_n=$(wc -l <"$work/kcat.out")
+kcat_ms=$(( (t2 - t1 - (t1 - t0)) / 1000000 ))
+echo "kcat: messages=$kcat_n consume_ms=$kcat_ms rate=$(( kcat_n * 1000 / (kcat_ms > 0 ? kcat_ms : 1) )) rss_mb=$(peak_rss_mb "$work/kcat.time") cpu_s=$(cpu_s "$work/kcat.time")"
+
+# 3. tally meter into a fresh ledger on disk.
+"$B/tally" --db "$work/meter.db" init >/dev/null
+# shellcheck disable=SC2086
+/usr/bin/time -v "$B/tally" --db "$work/meter.db" meter --brokers "$bootstrap" --topic usage \
+  --group bench-meter --until-idle 2 ${METER_ARGS:-} >"$work/meter.out" 2>"$work/meter.err" || {
+  echo "kafka.sh: tally meter failed:" >&2; tail -5 "$work/meter.err" >&2; exit 1; }
+first=$(sed 's/.*first_ms=\([0-9-]*\).*/\1/' "$work/meter.out")
+last=$(sed 's/.*last_ms=\([0-9-]*\).*/\1/' "$work/meter.out")
+msgs=$(sed 's/^messages=\([0-9]*\).*/\1/' "$work/meter.out")
+meter_ms=$(( last - first ))
+meter_rate=$(( msgs * 1000 / (meter_ms > 0 ? meter_ms : 1) ))
+echo "meter: $(cat "$work/meter.out") consume_ms=$meter_ms rate=$meter_rate rss_mb=$(peak_rss_mb "$work/meter.err") cpu_s=$(cpu_s "$work/meter.err")"
+echo "ledger: $(du -m "$work/meter.db" | cut -f1) MB"
+awk -v m="$meter_rate" -v b="$base_rate" 'BEGIN {printf "ratio meter/baseline: %.2f\n", m / b}'
