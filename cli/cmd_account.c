@@ -38,8 +38,7 @@ int cmd_account(cli_ctx *ctx, int argc, char **argv)
     else if (e == TALLY_INVAL)
         rc = cli_error(ctx, CLI_USAGE, "unknown time zone '%s'", tz ? tz : "");
     else if (e == TALLY_FINALIZED)
-        rc = cli_error(ctx, CLI_USAGE, "account %s has invoices; its currency cannot change",
-                       pos[1]);
+        rc = cli_error(ctx, CLI_USAGE, "%s", tally_ledger_errmsg(l));
     else
         rc = cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     tally_ledger_close(l);

@@ -25,7 +25,8 @@ const cli_command cli_commands[] = {
     {"meter", "--brokers B --topic T [--group G] [--dlq-topic T] [--until-idle SECONDS]",
      "consume usage from Kafka exactly once into the ledger", cmd_meter},
     {"invoice",
-     "run --period YYYY-MM [--finalize] [--out DIR] | show ID [--format json|csv|html] | "
+     "run --period YYYY-MM [--finalize] [--out DIR] [--account A] | show ID "
+     "[--format json|csv|html] | "
      "void ID --reason TEXT | list ACCOUNT",
      "rate, finalize, show and void invoices", cmd_invoice},
     {"usage", "ACCOUNT --from T --to T [--by sku|day|meter]", "usage and running charges",

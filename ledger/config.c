@@ -205,11 +205,15 @@ static tally_err account_merge(tally_ledger *l, tally_account *a, bool found, co
 {
     bool invoiced = false;
     tally_err e = TALLY_OK;
-    if (found && currency && strcmp(currency, a->currency) != 0) {
+    bool new_currency = found && currency && strcmp(currency, a->currency) != 0;
+    /* A new time zone would move period edges under finalized invoices, so
+     * the same usage could be billed in two periods. */
+    bool new_timezone = found && timezone && strcmp(timezone, a->timezone) != 0;
+    if (new_currency || new_timezone) {
         e = has_invoices(l, a->id, &invoiced);
         if (e == TALLY_OK && invoiced)
-            return failf(l, TALLY_FINALIZED, "account %s has invoices; its currency is fixed",
-                         a->id);
+            return failf(l, TALLY_FINALIZED, "account %s has invoices; its %s is fixed", a->id,
+                         new_currency ? "currency" : "time zone");
     }
     if (!found)
         e = default_currency(l, currency, a->currency);

@@ -5,6 +5,8 @@
  * customer can check them with `openssl pkeyutl -verify -rawin` and the
  * exported public key (SubjectPublicKeyInfo PEM). */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +121,49 @@ static tally_err load_key(const char *path, int allow_public, EVP_PKEY **out)
 out_text:
     ERR_clear_error();
     tally_buf_release(&text);
+    return err;
+}
+
+/* The last key loaded, kept while its file is unchanged (same inode, size
+ * and modification time): finalizing thousands of invoices would otherwise
+ * read and decode the PEM file once per document. Callers get their own
+ * reference. */
+static struct {
+    pthread_mutex_t lock;
+    char path[4096];
+    int allow_public;
+    struct stat st;
+    EVP_PKEY *pkey;
+} key_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno == ENOENT ? TALLY_NOT_FOUND : TALLY_IO;
+    pthread_mutex_lock(&key_cache.lock);
+    if (key_cache.pkey && key_cache.allow_public == allow_public &&
+        strcmp(key_cache.path, path) == 0 && same_file(&key_cache.st, &st) &&
+        EVP_PKEY_up_ref(key_cache.pkey) == 1) {
+        *out = key_cache.pkey;
+        pthread_mutex_unlock(&key_cache.lock);
+        return TALLY_OK;
+    }
+    tally_err err = load_key(path, allow_public, out);
+    if (err == TALLY_OK && strlen(path) < sizeof key_cache.path && EVP_PKEY_up_ref(*out) == 1) {
+        EVP_PKEY_free(key_cache.pkey);
+        key_cache.pkey = *out;
+        key_cache.allow_public = allow_public;
+        key_cache.st = st;
+        snprintf(key_cache.path, sizeof key_cache.path, "%s", path);
+    }
+    pthread_mutex_unlock(&key_cache.lock);
     return err;
 }
 
@@ -271,7 +316,7 @@ tally_err tally_sign_hash(const char *key_path, const char hash_hex[65], char si
     if (from_hex(hash_hex, hash, HASH_LEN) != 0)
         return TALLY_INVAL;
     EVP_PKEY *pkey = NULL;
-    tally_err err = load_key(key_path, 0, &pkey);
+    tally_err err = cached_key(key_path, 0, &pkey);
     if (err != TALLY_OK)
         return err;
     err = TALLY_CRYPTO;
@@ -299,7 +344,7 @@ tally_err tally_verify_hash(const char *key_path, const char hash_hex[65], const
     if (from_hex(hash_hex, hash, HASH_LEN) != 0 || from_hex(sig_hex, sig, SIG_LEN) != 0)
         return TALLY_TAMPERED;
     EVP_PKEY *pkey = NULL;
-    tally_err err = load_key(key_path, 1, &pkey);
+    tally_err err = cached_key(key_path, 1, &pkey);
     if (err != TALLY_OK)
         return err;
     err = TALLY_CRYPTO;

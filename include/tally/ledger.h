@@ -45,8 +45,8 @@ typedef struct tally_account {
 } tally_account;
 
 /* Creates or updates an account. NULL fields keep their stored value (or
- * default: currency of the newest rate card, "UTC", ""). The currency of an
- * account that has invoices cannot change.
+ * default: currency of the newest rate card, "UTC", ""). The currency and
+ * time zone of an account that has invoices cannot change.
  * Errors: TALLY_UNKNOWN_CURRENCY, TALLY_INVAL (bad time zone), TALLY_FINALIZED,
  * TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_ledger_account_set(tally_ledger *l, const char *id,

@@ -171,6 +171,12 @@ static void test_accounts(void **state)
                      TALLY_OK);
     assert_int_equal(tally_ledger_account_set(l, "beta", "USD", NULL, NULL), TALLY_FINALIZED);
     assert_int_equal(tally_ledger_account_set(l, "beta", "CNY", NULL, "Beta"), TALLY_OK);
+    /* So is the time zone: moving period edges under a finalized invoice
+     * could bill the same usage twice. Restating the same zone is fine. */
+    assert_int_equal(tally_ledger_account_get(l, "beta", &a), TALLY_OK);
+    const char *other_tz = strcmp(a.timezone, "UTC") == 0 ? "Asia/Shanghai" : "UTC";
+    assert_int_equal(tally_ledger_account_set(l, "beta", NULL, other_tz, NULL), TALLY_FINALIZED);
+    assert_int_equal(tally_ledger_account_set(l, "beta", NULL, a.timezone, NULL), TALLY_OK);
     tally_ledger_close(l);
 }
 
