@@ -450,6 +450,23 @@ static E2E_UNUSED void e2e_assert_same_usage(const char *db_a, const char *db_b)
     tally_buf_release(&b);
 }
 
+/* Rates March 2026 in both ledgers (drafts, a fixed clock) and asserts that
+ * every invoice file (JSON, CSV, HTML) is byte for byte the same. */
+static E2E_UNUSED void e2e_assert_same_invoices(const char *db_a, const char *db_b, const char *dir)
+{
+    const char *dbs[] = {db_a, db_b};
+    setenv("TALLY_NOW", "2026-04-02T00:00:00Z", 1); /* issued_at */
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(tu_tally(NULL,
+                                  "--db '%s' invoice run --period 2026-03 --out '%s/invoices-%d' "
+                                  ">/dev/null",
+                                  dbs[i], dir, i),
+                         0);
+    unsetenv("TALLY_NOW");
+    assert_int_equal(tu_sh(NULL, "test -n \"$(ls '%s/invoices-0')\"", dir), 0);
+    assert_int_equal(tu_sh(NULL, "diff -r '%s/invoices-0' '%s/invoices-1' >&2", dir, dir), 0);
+}
+
 /* A fresh ledger at db holding a clean `tally ingest` of nd_path. */
 static E2E_UNUSED void e2e_clean_ingest(const char *db, const char *nd_path)
 {

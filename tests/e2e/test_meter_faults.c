@@ -101,6 +101,7 @@ static void test_faults_change_nothing(void **state)
     e2e_assert_stream(db, &st);
     e2e_clean_ingest(clean, nd);
     e2e_assert_same_usage(db, clean);
+    e2e_assert_same_invoices(db, clean, dir);
     assert_int_equal(e2e_dlq_origins(&b), st.poison);
     e2e_broker_stop(&b);
 }

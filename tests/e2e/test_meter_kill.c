@@ -99,6 +99,7 @@ static void test_kill9_exactly_once(void **state)
     e2e_assert_stream(db, &st);
     e2e_clean_ingest(clean, nd);
     e2e_assert_same_usage(db, clean);
+    e2e_assert_same_invoices(db, clean, dir);
     tu_assert_conservation_path(db);
     /* Every quarantined message has a dead-letter copy (at least once). */
     assert_int_equal(e2e_dlq_origins(&b), st.poison);

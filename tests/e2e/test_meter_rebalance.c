@@ -87,6 +87,7 @@ static void test_join_and_leave(void **state)
     e2e_assert_stream(db, &st);
     e2e_clean_ingest(clean, nd);
     e2e_assert_same_usage(db, clean);
+    e2e_assert_same_invoices(db, clean, dir);
     /* Each quarantined message has a dead-letter copy; a commit refused by a
      * rebalance may make a few twice (they carry the same origin). */
     long copies = e2e_topic_count(&b, "usage-dlq");
