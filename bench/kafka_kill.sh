@@ -15,4 +15,4 @@ B=${1:-build}
 [ -x "$B/test_meter_kill" ] || { echo "kafka_kill.sh: build $B first" >&2; exit 1; }
 mkdir -p "$B/testtmp"
 TALLY_TEST_TMP="$B/testtmp" TALLY_KILL_EVENTS="${EVENTS:-200000}" \
-  TALLY_KILL_KILLS="${KILLS:-20}" TALLY_KILL_SEED="${2:-20260301}" "$B/test_meter_kill"
+  TALLY_KILL_KILLS="${KILLS:-20}" TALLY_KILL_PARTITIONS=32 TALLY_KILL_SEED="${2:-20260301}" "$B/test_meter_kill"

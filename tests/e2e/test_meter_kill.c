@@ -6,8 +6,8 @@
  * the card-second, every distinct event once, every poison message
  * quarantined exactly once, and a dead-letter copy of each.
  *
- * TALLY_KILL_EVENTS, TALLY_KILL_KILLS and TALLY_KILL_SEED scale it up (the
- * long version: bench/kafka_kill.sh). */
+ * TALLY_KILL_EVENTS, TALLY_KILL_KILLS, TALLY_KILL_SEED and
+ * TALLY_KILL_PARTITIONS scale it up (the long version: bench/kafka_kill.sh). */
 #include "meter_e2e.h"
 
 static long env_long(const char *name, long dflt)
@@ -74,7 +74,8 @@ static void test_kill9_exactly_once(void **state)
     e2e_split(kv, parts, st.messages);
     e2e_broker b;
     snprintf(part, sizeof part, "%s/broker.log", dir);
-    e2e_broker_start(&b, 8, part);
+    /* The embedded broker keeps about 5 MB per partition. */
+    e2e_broker_start(&b, (int)env_long("TALLY_KILL_PARTITIONS", 8), part);
     assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", db), 0);
 
     /* Each run gets a new slice of the stream, so there is always a backlog
