@@ -1,0 +1,208 @@
+/* Broker faults: three `tally meter` processes in one group on one ledger
+ * consume a known stream while the embedded broker fails Fetch,
+ * OffsetCommit, JoinGroup, SyncGroup and Heartbeat requests, takes brokers
+ * down and up and answers after seconds; meanwhile one meter is stopped
+ * (SIGTERM or SIGKILL, in turn) and another started every round, so the
+ * group rebalances over and over.
+ *
+ * Every ~100 ms the ledger is read in one snapshot and held to the stream
+ * model (rel_model.h): what it holds is exactly what its offsets say, and
+ * no stored offset ever moves back. No meter may exit on its own. At the
+ * end a meter drains the topic; totals must be exact and the invoices equal
+ * those of a clean `tally ingest` of the same events. REL_ROUNDS and
+ * REL_EVENTS scale it (tests/long/broker_faults.sh). */
+#include "rel_check.h"
+#include "rel_invoice.h"
+#include "rel_proc.h"
+
+#define METERS 3
+
+typedef struct faults {
+    char dir[512], db[600], ref[600], log[600], why[1024];
+    rel_broker b;
+    rd_kafka_t *prod;
+    rel_stream st;
+    long produced, samples, advances, kills, terms;
+    int64_t prev[REL_MAX_PARTS];
+    pid_t meters[METERS];
+} faults;
+
+/* What each round does to the broker after producing its slice, and what
+ * undoes it at the end of the round ('\n' separates commands). Injected
+ * errors are used up by the requests they fail. */
+static const struct {
+    const char *fault, *heal;
+} schedule[] = {
+    {"error Fetch 20 NOT_LEADER_FOR_PARTITION", NULL},
+    {"error OffsetCommit 10 REQUEST_TIMED_OUT", NULL},
+    {"error Heartbeat 5 REBALANCE_IN_PROGRESS", NULL},
+    {"error JoinGroup 3 COORDINATOR_NOT_AVAILABLE", NULL},
+    {"error SyncGroup 3 NOT_COORDINATOR", NULL},
+    {"error Fetch 10 LEADER_NOT_AVAILABLE\nerror OffsetCommit 10 UNKNOWN_MEMBER_ID", NULL},
+    {"error Heartbeat 3 UNKNOWN_MEMBER_ID\nerror Fetch 5 NETWORK_EXCEPTION", NULL},
+    {"down 2", "up 2"},
+    {"down 1\ndown 3", "up 1\nup 3"},
+    {"rtt 1 2500\nrtt 2 2500\nrtt 3 2500", "rtt 1 0\nrtt 2 0\nrtt 3 0"},
+    {"error OffsetCommit 5 COORDINATOR_LOAD_IN_PROGRESS\nrtt 2 4000", "rtt 2 0"},
+};
+#define SCHEDULE_LEN (sizeof schedule / sizeof *schedule)
+
+static void produce_upto(faults *t, long upto)
+{
+    char key[32];
+    for (; t->produced < upto && t->produced < t->st.n; t->produced++) {
+        rel_msg *m = &t->st.m[t->produced];
+        snprintf(key, sizeof key, "acct-%02d", m->acct);
+        rel_produce(t->prod, m->part, key, m->text, &m->offset);
+    }
+    rel_flush(t->prod);
+}
+
+static void broker_cmds(faults *t, const char *cmds)
+{
+    char line[128];
+    for (const char *p = cmds; *p;) {
+        size_t n = strcspn(p, "\n");
+        snprintf(line, sizeof line, "%.*s", (int)n, p);
+        rel_broker_ctl(&t->b, line);
+        p += n + (p[n] == '\n');
+    }
+}
+
+static pid_t start_meter(faults *t)
+{
+    const char *extra[] = {"--batch-events", "40", "--batch-ms", "20", NULL};
+    return rel_meter(t->db, &t->b, "faults", t->log, extra);
+}
+
+/* Samples the ledger for ms: the invariant holds at every snapshot and
+ * offsets never go back; every meter is still running. */
+static void watch(faults *t, int64_t ms)
+{
+    int64_t until = rel_ms() + ms;
+    do {
+        rel_snap s;
+        if (!rel_snap_read(t->db, &s, t->why, sizeof t->why) ||
+            !rel_snap_check(&s, &t->st, t->prev, t->why, sizeof t->why))
+            fail_msg("sample %ld: %s", t->samples, t->why);
+        t->advances += memcmp(t->prev, s.next, sizeof t->prev) != 0;
+        memcpy(t->prev, s.next, sizeof t->prev);
+        rel_snap_free(&s);
+        t->samples++;
+        for (int i = 0; i < METERS; i++)
+            if (t->meters[i] > 0 && rel_wait(t->meters[i], 0) != -1)
+                fail_msg("a meter exited on its own during the faults (see %s)", t->log);
+        rel_sleep_ms(100);
+    } while (rel_ms() < until);
+}
+
+static long consumed(const faults *t)
+{
+    long sum = 0;
+    for (int p = 0; p < REL_MAX_PARTS; p++)
+        sum += (long)t->prev[p];
+    return sum;
+}
+
+/* Stops meter i (SIGTERM: it commits and leaves; SIGKILL: the group waits
+ * for its session to time out) and starts a new one in its place. */
+static void churn(faults *t, long round)
+{
+    int i = (int)(round % METERS);
+    bool term = round % 2 == 0;
+    int rc = rel_stop(t->meters[i], term ? SIGTERM : SIGKILL, 15000);
+    if (term && rc != 0)
+        fail_msg("a meter stopped with SIGTERM exited %d (see %s)", rc, t->log);
+    if (!term && rc != 128 + SIGKILL)
+        fail_msg("a meter ended with %d before SIGKILL (see %s)", rc, t->log);
+    *(term ? &t->terms : &t->kills) += 1;
+    t->meters[i] = start_meter(t);
+}
+
+static void finish(faults *t)
+{
+    broker_cmds(t, "clear Fetch\nclear OffsetCommit\nclear JoinGroup\nclear SyncGroup\n"
+                   "clear Heartbeat\nup 1\nup 2\nup 3\nrtt 1 0\nrtt 2 0\nrtt 3 0");
+    for (int i = 0; i < METERS; i++) {
+        assert_int_equal(rel_stop(t->meters[i], SIGTERM, 15000), 0);
+        t->meters[i] = 0;
+    }
+    produce_upto(t, t->st.n);
+    const char *extra[] = {"--until-idle", "3", NULL};
+    pid_t last = rel_meter(t->db, &t->b, "faults", t->log, extra);
+    assert_int_equal(rel_wait(last, 120000), 0);
+    watch(t, 0);
+    assert_int_equal(consumed(t), t->st.n);
+    rel_assert_sound(t->db, NULL);
+
+    char nd[700], key[1100];
+    snprintf(nd, sizeof nd, "%s/stream.ndjson", t->dir);
+    rel_stream_ndjson(&t->st, t->st.n, nd);
+    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", t->ref), 0);
+    assert_int_equal(tu_tally(NULL, "--db '%s' ingest '%s' >/dev/null", t->ref, nd), 0);
+    int64_t due = 0;
+    long invoices = rel_assert_same_invoices(t->db, t->ref, t->dir, &due);
+    snprintf(key, sizeof key, "%s/inv-faulted/sign.key", t->dir);
+    rel_assert_sound(t->db, key);
+    printf("broker faults: %zu fault steps, %ld SIGTERM + %ld SIGKILL rebalances, %ld samples "
+           "(%ld with progress), offsets never went back, %ld messages exact, %ld invoices equal "
+           "to the reference (%lld.%02lld due)\n",
+           SCHEDULE_LEN, t->terms, t->kills, t->samples, t->advances, t->st.n, invoices,
+           (long long)(due / 100), (long long)(due % 100));
+}
+
+static void test_broker_faults(void **state)
+{
+    (void)state;
+    static faults t;
+    long rounds = rel_env("REL_ROUNDS", (long)SCHEDULE_LEN);
+    long events = rel_env("REL_EVENTS", 3000);
+    setenv("TALLY_NOW", "2026-04-02T00:00:00Z", 1);
+    snprintf(t.dir, sizeof t.dir, "%s", tu_tmpdir("broker-faults"));
+    snprintf(t.db, sizeof t.db, "%s/meter.db", t.dir);
+    snprintf(t.ref, sizeof t.ref, "%s/reference.db", t.dir);
+    snprintf(t.log, sizeof t.log, "%s/meter.log", t.dir);
+    char blog[700];
+    snprintf(blog, sizeof blog, "%s/broker.log", t.dir);
+    rel_stream_make(&t.st, events, 12, 4, (uint64_t)rel_env("REL_SEED", 4242));
+    rel_broker_start(&t.b, 4, blog);
+    t.prod = rel_producer(&t.b);
+    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", t.db), 0);
+    for (int i = 0; i < METERS; i++)
+        t.meters[i] = start_meter(&t);
+    watch(&t, 3500); /* the group forms */
+
+    long slice = events / (rounds + 1);
+    for (long r = 0; r < rounds; r++) {
+        produce_upto(&t, t.produced + slice);
+        broker_cmds(&t, schedule[r % SCHEDULE_LEN].fault);
+        watch(&t, 2000);
+        if (r % 2)
+            churn(&t, r / 2);
+        watch(&t, 2000);
+        if (schedule[r % SCHEDULE_LEN].heal)
+            broker_cmds(&t, schedule[r % SCHEDULE_LEN].heal);
+        char what[160];
+        snprintf(what, sizeof what, "%s", schedule[r % SCHEDULE_LEN].fault);
+        for (char *nl = strchr(what, '\n'); nl; nl = strchr(nl, '\n'))
+            *nl = ',';
+        printf("round %ld (%s): %ld of %ld produced messages in the ledger\n", r, what,
+               consumed(&t), t.produced);
+    }
+    /* The faults phase must have done real work, not left it all to the drain. */
+    if (consumed(&t) < t.produced / 2)
+        fail_msg("the meters stored only %ld of %ld messages under faults", consumed(&t),
+                 t.produced);
+    finish(&t);
+    rd_kafka_destroy(t.prod);
+    rel_broker_stop(&t.b);
+    rel_stream_free(&t.st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_broker_faults, rel_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
