@@ -45,15 +45,14 @@ static pid_t start_meter(loop *t, long k)
     static const char *const ms[] = {"5", "20", "60"};
     char group[32];
     snprintf(group, sizeof group, t->overlap > 1 ? "crash-%ld" : "crash", k);
+    bool dlq = rel_rand(&t->rng) % 4 != 0; /* else a meter without the pipeline thread */
     const char *extra[] = {"--batch-events",
                            events[rel_rand(&t->rng) % 5],
                            "--batch-ms",
                            ms[rel_rand(&t->rng) % 3],
-                           rel_rand(&t->rng) % 4 ? "--dlq-topic" : "--no-pipeline",
-                           rel_rand(&t->rng) % 4 ? "usage-dlq" : NULL,
+                           dlq ? "--dlq-topic" : "--no-pipeline",
+                           dlq ? "usage-dlq" : NULL,
                            NULL};
-    if (!extra[5])
-        extra[4] = extra[5] = NULL;
     return rel_meter(t->db, &t->b, group, t->log, extra);
 }
 
