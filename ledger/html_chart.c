@@ -16,6 +16,7 @@
 
 #include "html_int.h"
 #include "invoice_int.h"
+#include "shard_int.h"
 #include "tally/rating.h"
 
 #define MAX_DAYS 62 /* a month is at most 31 local days; more means bad input */
@@ -83,8 +84,38 @@ static void add_point(chart_days *d, int m, int64_t qty, int64_t t)
         }
 }
 
-/* Sums the account's stored usage into the days. Intervals are at most a
- * day long, which bounds the index range scanned. */
+typedef struct chart_load {
+    tally_ledger *l;
+    chart_days *d;
+    const char *account;
+    int64_t start_s, end_s;
+    bool points; /* the query is the points one */
+} chart_load;
+
+/* One database's rows of one query into the days. */
+static tally_err load_rows(void *ctx, sqlite3_stmt *st, int64_t snap_seq)
+{
+    chart_load *c = ctx;
+    (void)snap_seq;
+    sqlite3_bind_text(st, 1, c->account, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, c->start_s);
+    sqlite3_bind_int64(st, 3, c->end_s);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t m = sqlite3_column_int64(st, 0), v = sqlite3_column_int64(st, 1);
+        if (m < 0 || m >= TALLY_METER_COUNT || v < 0)
+            continue; /* not a meter this page knows; tally verify reports bad rows */
+        if (!c->points)
+            add_interval(c->d, (int)m, v, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));
+        else
+            add_point(c->d, (int)m, v, sqlite3_column_int64(st, 2));
+    }
+    return rc == SQLITE_DONE ? TALLY_OK : ledger_stmt_err(c->l, st, rc);
+}
+
+/* Sums the account's stored usage into the days (in a ledger directory, from
+ * main.db and every shard holding the account). Intervals are at most a day
+ * long, which bounds the index range scanned. */
 static tally_err load_usage(tally_ledger *l, chart_days *d, const char *account, int64_t start_s,
                             int64_t end_s)
 {
@@ -94,29 +125,13 @@ static tally_err load_usage(tally_ledger *l, chart_days *d, const char *account,
         "SELECT meter, qty, t_s, 0 FROM usage_points WHERE account = ?1 "
         "AND t_s >= ?2 AND t_s < ?3",
     };
+    static const ledger_usage_slot slots[2] = {LEDGER_USAGE_CHART_INTERVALS,
+                                               LEDGER_USAGE_CHART_POINTS};
+    chart_load c = {l, d, account, start_s, end_s, false};
     tally_err e = TALLY_OK;
     for (int q = 0; q < 2 && e == TALLY_OK; q++) {
-        sqlite3_stmt *st;
-        e = ledger_prepare(l, sql[q], &st);
-        if (e)
-            return e;
-        sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, start_s);
-        sqlite3_bind_int64(st, 3, end_s);
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            int64_t m = sqlite3_column_int64(st, 0), v = sqlite3_column_int64(st, 1);
-            if (m < 0 || m >= TALLY_METER_COUNT || v < 0)
-                continue; /* not a meter this page knows; tally verify reports bad rows */
-            if (q == 0)
-                add_interval(d, (int)m, v, sqlite3_column_int64(st, 2),
-                             sqlite3_column_int64(st, 3));
-            else
-                add_point(d, (int)m, v, sqlite3_column_int64(st, 2));
-        }
-        if (rc != SQLITE_DONE)
-            e = ledger_sqlite_err(l, rc);
-        sqlite3_finalize(st);
+        c.points = q == 1;
+        e = ledger_usage_each(l, account, slots[q], sql[q], 0, load_rows, &c);
     }
     return e;
 }

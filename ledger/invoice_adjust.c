@@ -20,12 +20,17 @@
  * negative adjustment lines naming the period itself) the adjustments for it
  * that live invoices already billed. From then on, what was billed for the
  * period is the fresh invoice's own lines plus adjustments on invoices after
- * it. */
+ * it.
+ *
+ * In a ledger directory an invoice's usage_seq is a snapshot of every
+ * database's usage_seq (shard_int.h): usage is late where a database holding
+ * the account has rows written after its own seq in the snapshot. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "invoice_int.h"
+#include "shard_int.h"
 
 typedef struct billed_set {
     tally_line *v;
@@ -100,21 +105,43 @@ static tally_err load_billed(inv_gatherer *g, const char *account, int64_t seq, 
     return e;
 }
 
-static tally_err is_late(inv_gatherer *g, const char *account, int64_t start, int64_t end,
-                         int64_t seq, bool *late)
+typedef struct late_probe {
+    tally_ledger *l;
+    const char *account;
+    int64_t start, end;
+    bool late;
+} late_probe;
+
+/* One database: whether it holds usage of the account around the period
+ * written after seq (INV_Q_LATE). */
+static tally_err late_in(void *ctx, sqlite3_stmt *st, int64_t seq)
 {
-    sqlite3_stmt *st = inv_stmt(g, INV_Q_LATE);
-    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, start);
-    sqlite3_bind_int64(st, 3, end);
+    late_probe *p = ctx;
+    if (p->late)
+        return TALLY_OK;
+    sqlite3_bind_text(st, 1, p->account, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, p->start);
+    sqlite3_bind_int64(st, 3, p->end);
     sqlite3_bind_int64(st, 4, seq);
     int rc = sqlite3_step(st);
     tally_err e = TALLY_OK;
     if (rc == SQLITE_ROW)
-        *late = sqlite3_column_int(st, 0) != 0;
+        p->late = sqlite3_column_int(st, 0) != 0;
     else
-        e = ledger_sqlite_err(inv_gatherer_ledger(g), rc);
+        e = ledger_stmt_err(p->l, st, rc);
     sqlite3_reset(st);
+    return e;
+}
+
+static tally_err is_late(inv_gatherer *g, const char *account, int64_t start, int64_t end,
+                         int64_t seq, bool *late)
+{
+    tally_ledger *l = inv_gatherer_ledger(g);
+    late_probe p = {l, account, start, end, false};
+    tally_err e = l->shards ? ledger_usage_each(l, account, LEDGER_USAGE_LATE,
+                                                inv_query_sql(INV_Q_LATE), seq, late_in, &p)
+                            : late_in(&p, inv_stmt(g, INV_Q_LATE), seq);
+    *late = p.late;
     return e;
 }
 

@@ -11,12 +11,15 @@
  *     that have money left: the remaining balance is the credit balance of
  *     ledger account grant:<id> (granting credits it, invoices debit it, a
  *     void credits it back).
- * The arrays are kept between accounts and only grow. */
+ * The arrays are kept between accounts and only grow. In a ledger directory
+ * (include/tally/shard.h) the two usage queries run on main.db and on each
+ * shard that holds the account (shard_int.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "invoice_int.h"
+#include "shard_int.h"
 #include "tally/money.h"
 
 #define DAY_S 86400
@@ -95,6 +98,11 @@ sqlite3_stmt *inv_stmt(inv_gatherer *g, inv_query q)
     return g->st[q];
 }
 
+const char *inv_query_sql(inv_query q)
+{
+    return queries[q];
+}
+
 tally_ledger *inv_gatherer_ledger(inv_gatherer *g)
 {
     return g->l;
@@ -106,7 +114,9 @@ tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out)
     if (!g)
         return TALLY_NOMEM;
     g->l = l;
-    tally_err e = ledger_cards(l, &g->cards, &g->n_cards);
+    tally_err e = ledger_shards_refresh(l);
+    if (!e)
+        e = ledger_cards(l, &g->cards, &g->n_cards);
     if (!e)
         e = ledger_spot_points(l, &g->spot, &g->n_spot);
     for (int i = 0; i < INV_Q_COUNT && !e; i++)
@@ -163,11 +173,10 @@ static void text(sqlite3_stmt *st, int col, char *dst, size_t cap)
     dst[n] = '\0';
 }
 
-/* Binds account, window [lo, hi) and currency, then steps through rows. */
-static tally_err bind(inv_gatherer *g, int q, const char *account, int64_t lo, int64_t hi,
-                      const char *currency)
+/* Binds account, window [lo, hi) and currency to st (query q). */
+static tally_err bind(inv_gatherer *g, sqlite3_stmt *st, int q, const char *account, int64_t lo,
+                      int64_t hi, const char *currency)
 {
-    sqlite3_stmt *st = g->st[q];
     sqlite3_reset(st);
     int rc = sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     if (rc == SQLITE_OK)
@@ -176,21 +185,20 @@ static tally_err bind(inv_gatherer *g, int q, const char *account, int64_t lo, i
         rc = sqlite3_bind_int64(st, 3, hi);
     if (rc == SQLITE_OK && q == INV_Q_GRANTS)
         rc = sqlite3_bind_text(st, 4, currency, -1, SQLITE_STATIC);
-    return rc == SQLITE_OK ? TALLY_OK : ledger_sqlite_err(g->l, rc);
+    return rc == SQLITE_OK ? TALLY_OK : ledger_stmt_err(g->l, st, rc);
 }
 
 static tally_err step_done(inv_gatherer *g, sqlite3_stmt *st, int rc)
 {
-    tally_err e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(g->l, rc);
+    tally_err e = rc == SQLITE_DONE ? TALLY_OK : ledger_stmt_err(g->l, st, rc);
     sqlite3_reset(st);
     return e;
 }
 
-static tally_err read_intervals(inv_gatherer *g, inv_input *x)
+static tally_err read_intervals(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
 {
-    sqlite3_stmt *st = g->st[INV_Q_INTERVALS];
     tally_err e =
-        bind(g, INV_Q_INTERVALS, x->account.id, x->start_s - DAY_S, x->end_s + DAY_S, NULL);
+        bind(g, st, INV_Q_INTERVALS, x->account.id, x->start_s - DAY_S, x->end_s + DAY_S, NULL);
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         e = grow((void **)&x->intervals, x->n_intervals, &x->cap_intervals, sizeof(tally_interval));
@@ -212,10 +220,9 @@ static tally_err read_intervals(inv_gatherer *g, inv_input *x)
     return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
 }
 
-static tally_err read_points(inv_gatherer *g, inv_input *x)
+static tally_err read_points(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
 {
-    sqlite3_stmt *st = g->st[INV_Q_POINTS];
-    tally_err e = bind(g, INV_Q_POINTS, x->account.id, x->start_s, x->end_s, NULL);
+    tally_err e = bind(g, st, INV_Q_POINTS, x->account.id, x->start_s, x->end_s, NULL);
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         e = grow((void **)&x->points, x->n_points, &x->cap_points, sizeof(tally_point));
@@ -236,7 +243,7 @@ static tally_err read_points(inv_gatherer *g, inv_input *x)
 static tally_err read_commitments(inv_gatherer *g, inv_input *x)
 {
     sqlite3_stmt *st = g->st[INV_Q_COMMITMENTS];
-    tally_err e = bind(g, INV_Q_COMMITMENTS, x->account.id, x->start_s, x->end_s, NULL);
+    tally_err e = bind(g, st, INV_Q_COMMITMENTS, x->account.id, x->start_s, x->end_s, NULL);
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         e = grow((void **)&x->commitments, x->n_commitments, &x->cap_commitments,
@@ -288,11 +295,49 @@ static tally_err grant_row(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
 static tally_err read_grants(inv_gatherer *g, inv_input *x)
 {
     sqlite3_stmt *st = g->st[INV_Q_GRANTS];
-    tally_err e = bind(g, INV_Q_GRANTS, x->account.id, x->start_s, x->end_s, x->account.currency);
+    tally_err e =
+        bind(g, st, INV_Q_GRANTS, x->account.id, x->start_s, x->end_s, x->account.currency);
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW)
         e = grant_row(g, st, x);
     return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
+}
+
+typedef struct usage_ctx {
+    inv_gatherer *g;
+    inv_input *x;
+} usage_ctx;
+
+static tally_err shard_intervals(void *ctx, sqlite3_stmt *st, int64_t snap_seq)
+{
+    usage_ctx *c = ctx;
+    (void)snap_seq;
+    return read_intervals(c->g, st, c->x);
+}
+
+static tally_err shard_points(void *ctx, sqlite3_stmt *st, int64_t snap_seq)
+{
+    usage_ctx *c = ctx;
+    (void)snap_seq;
+    return read_points(c->g, st, c->x);
+}
+
+/* The account's intervals and points: from this database, or from main.db
+ * and the shards holding the account. */
+static tally_err read_usage(inv_gatherer *g, inv_input *x)
+{
+    tally_err e;
+    if (!g->l->shards) {
+        e = read_intervals(g, g->st[INV_Q_INTERVALS], x);
+        return e ? e : read_points(g, g->st[INV_Q_POINTS], x);
+    }
+    usage_ctx c = {g, x};
+    e = ledger_usage_each(g->l, x->account.id, LEDGER_USAGE_INTERVALS, queries[INV_Q_INTERVALS], 0,
+                          shard_intervals, &c);
+    if (!e)
+        e = ledger_usage_each(g->l, x->account.id, LEDGER_USAGE_POINTS, queries[INV_Q_POINTS], 0,
+                              shard_points, &c);
+    return e;
 }
 
 tally_err inv_gather(inv_gatherer *g, const tally_account *acct, int64_t start_s, int64_t end_s,
@@ -306,9 +351,7 @@ tally_err inv_gather(inv_gatherer *g, const tally_account *acct, int64_t start_s
     x->end_s = end_s;
     x->n_intervals = x->n_points = x->n_commitments = x->n_grants = 0;
     x->n_in_window = 0;
-    tally_err e = read_intervals(g, x);
-    if (!e)
-        e = read_points(g, x);
+    tally_err e = read_usage(g, x);
     if (!e)
         e = read_commitments(g, x);
     if (!e && with_grants)

@@ -59,6 +59,9 @@ typedef enum inv_query {
 
 /* A prepared statement, reset and with its bindings cleared. */
 sqlite3_stmt *inv_stmt(inv_gatherer *g, inv_query q);
+/* The SQL text of a query (for running it on the shards of a ledger
+ * directory, shard_int.h). */
+const char *inv_query_sql(inv_query q);
 tally_ledger *inv_gatherer_ledger(inv_gatherer *g);
 
 /* One account's input for one window. Owns the arrays `in` borrows. */
@@ -155,7 +158,9 @@ typedef struct inv_sealed {
     int64_t usage_seq;
 } inv_sealed;
 
-/* Inside the caller's transaction. Errors: TALLY_DB. */
+/* Inside the caller's transaction. Errors: TALLY_DB. inv_usage_seq gives
+ * meta.usage_seq, or in a ledger directory the id of a new usage snapshot
+ * (shard_int.h). */
 tally_err inv_next_number(tally_ledger *l, const char *doc_type, int year, int64_t *number);
 tally_err inv_usage_seq(tally_ledger *l, int64_t *seq);
 /* The hash of the newest finalized document, or 64 zeros. */

@@ -419,9 +419,11 @@ static tally_err run_all(run *r)
 {
     tally_account *accts = NULL;
     size_t n = 0;
-    tally_err e = load_accounts(r, &accts, &n);
+    /* The gatherer first: in a ledger directory it adds the accounts first
+     * seen in shards to main.db, where they are listed. */
+    tally_err e = inv_gatherer_create(r->l, &r->g);
     if (!e)
-        e = inv_gatherer_create(r->l, &r->g);
+        e = load_accounts(r, &accts, &n);
     if (e && !r->why[0])
         snprintf(r->why, r->cap, "%s: %s", tally_err_str(e), tally_ledger_errmsg(r->l));
     for (size_t i = 0; !e && i < n; i++) {

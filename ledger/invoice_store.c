@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "invoice_int.h"
+#include "shard_int.h"
 #include "tally/money.h"
 
 /* Runs a one-value query with up to three text/integer parameters. */
@@ -38,6 +39,8 @@ tally_err inv_next_number(tally_ledger *l, const char *doc_type, int year, int64
 
 tally_err inv_usage_seq(tally_ledger *l, int64_t *seq)
 {
+    if (l->shards) /* a ledger directory: a snapshot of every database's seq */
+        return ledger_usage_snapshot(l, seq);
     return one_int(l, "SELECT coalesce((SELECT value FROM meta WHERE key = 'usage_seq'), ?2)", NULL,
                    0, seq);
 }

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "ledger_int.h"
+#include "shard_int.h"
 #include "tally/embed.h"
 
 #define BUSY_TIMEOUT_MS   10000
@@ -250,7 +252,10 @@ static tally_err migrate(tally_ledger *l, char *why, size_t cap)
 
 tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why, size_t cap)
 {
+    struct stat sb;
     *out = NULL;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) /* a ledger directory (shard.h) */
+        return ledger_dir_open(path, out, why, cap);
     tally_ledger *l = calloc(1, sizeof *l);
     if (!l || !(l->path = strdup(path))) {
         free(l);
@@ -283,6 +288,7 @@ void tally_ledger_close(tally_ledger *l)
     if (!l)
         return;
     ledger_cards_clear(l);
+    ledger_shards_free(l->shards);
     sqlite3_finalize(l->st_cards_version);
     sqlite3_close_v2(l->db);
     free(l->path);

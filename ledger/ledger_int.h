@@ -28,6 +28,8 @@ struct tally_ledger {
     int64_t cards_version;
     sqlite3_stmt *st_cards_version; /* prepared on first use */
     char errmsg[256];
+    /* Opened from a ledger directory: its shards (shard_int.h); else NULL. */
+    struct ledger_shards *shards;
 };
 
 /* The rate cards, sorted by effective_from_s; valid until the next call that

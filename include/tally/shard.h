@@ -1,0 +1,124 @@
+/* Scale-out: a ledger split into one shard per Kafka partition (SPEC section 8).
+ *
+ * A ledger directory DIR (an existing directory given as the ledger path,
+ * e.g. `tally --db DIR ...`) holds:
+ *
+ *   DIR/main.db                        account-level state: accounts, rate
+ *                                      cards, spot prices, commitments,
+ *                                      grants, invoices (numbered here,
+ *                                      without gaps), postings, outbox
+ *   DIR/shard-<topic>-<partition>.db   one partition's usage, dedupe keys,
+ *                                      quarantine and stored offset
+ *   DIR/shard-<topic>-<partition>.lock the lock that proves who writes it
+ *
+ * tally_ledger_open(DIR) opens main.db and reads every shard it finds
+ * (read-only connections, opened lazily): invoice runs, `tally usage` and
+ * the HTTP API see the usage of all shards; accounts first seen in a shard
+ * are added to main.db. Writers of shards are `tally meter` processes
+ * through a tally_shard_set, one shard per partition they are assigned.
+ *
+ * Ownership. Only the holder of a shard's lock writes the shard. The lock
+ * is an exclusive open-file-description lock (fcntl F_OFD_SETLK, or POSIX
+ * F_SETLK where OFD locks do not exist) on the .lock file, held for as long
+ * as the partition is assigned; the kernel drops it when the holder dies.
+ * Each acquisition appends an owner row (a new epoch) to the shard's
+ * shard_owners table, and the holder's connection carries a fence: every
+ * write of the shard's offset checks, inside the batch's own transaction,
+ * that its epoch is still the newest, and counts the write against that
+ * epoch (writes, first and last offset and time). A writer that lost its
+ * lock without noticing (e.g. an NFS lease that expired) is refused there,
+ * and the offset compare-and-set of every batch refuses it as well.
+ *
+ * Routing. Producers key usage by account and partition keys with murmur2
+ * (TALLY_KAFKA_PARTITIONER), so one account's events, and all copies of one
+ * event, land in one partition and so in one shard: the dedupe index of a
+ * shard is complete for its events. Invoicing does not depend on it: an
+ * account's usage is read from every shard that holds it. */
+#ifndef TALLY_SHARD_H
+#define TALLY_SHARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tally/err.h"
+#include "tally/ledger.h"
+
+/* The librdkafka "partitioner" every Tally producer sets: murmur2 of the key,
+ * as Java clients' default partitioner does (messages without a key go to a
+ * random partition). */
+#define TALLY_KAFKA_PARTITIONER "murmur2_random"
+
+/* Kafka's murmur2 of len bytes (seed 0x9747b28c), as a 32-bit pattern. */
+uint32_t tally_murmur2(const void *key, size_t len);
+
+/* The partition (0..partitions-1) that a message with this key goes to under
+ * TALLY_KAFKA_PARTITIONER: (murmur2(key) & 0x7fffffff) % partitions. key may
+ * be empty (but not NULL). Returns -1 if partitions < 1. */
+int32_t tally_partition_of(const void *key, size_t len, int32_t partitions);
+
+/* Whether l was opened from a ledger directory. */
+bool tally_ledger_is_dir(const tally_ledger *l);
+
+/* The directory l was opened from, or NULL for a plain ledger file. */
+const char *tally_ledger_dir(const tally_ledger *l);
+
+/* ---- Writing shards (the meter) -------------------------------------------- */
+
+typedef struct tally_shard_set tally_shard_set;
+typedef struct tally_shard tally_shard;
+
+/* A writer of the shards of the ledger directory that main was opened from.
+ * main (borrowed; it must outlive the set) is used to copy rate cards into
+ * shards; the set uses it only inside its own calls. owner names this
+ * process in owner rows (NULL: "<hostname>:<pid>").
+ * Errors: TALLY_INVAL (main is not a ledger directory), TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_shard_set_create(tally_ledger *main, const char *owner,
+                                                  tally_shard_set **out);
+/* Releases every shard still held, then frees s; accepts NULL. */
+void tally_shard_set_destroy(tally_shard_set *s);
+
+/* Takes the shard of (topic, partition): the lock (retrying every 50 ms for
+ * up to wait_ms; 0: one try), then the shard database (created if new), a new
+ * owner row and the fence, and the rate cards of main.db. If this set holds
+ * the shard already, *out is that shard. topic must be a Kafka topic name
+ * (1..249 of [A-Za-z0-9._-]). On error *out is NULL and why says why.
+ * Errors: TALLY_BUSY (another process holds the lock), TALLY_INVAL,
+ * TALLY_IO, TALLY_DB, TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_shard_acquire(tally_shard_set *s, const char *topic,
+                                               int32_t partition, int64_t wait_ms,
+                                               tally_shard **out, char *why, size_t cap);
+
+/* The shard of (topic, partition) if this set holds it, else NULL. */
+tally_shard *tally_shard_find(tally_shard_set *s, const char *topic, int32_t partition);
+
+/* Stamps the owner row released, closes the shard and drops the lock;
+ * accepts NULL. The shard's batch is destroyed with it. */
+void tally_shard_release(tally_shard *sh);
+
+/* Releases every shard the set holds. */
+void tally_shard_release_all(tally_shard_set *s);
+
+/* The shard's ledger connection (owned by the shard): for
+ * tally_ledger_offset_get and reads. */
+tally_ledger *tally_shard_ledger(tally_shard *sh);
+
+/* The shard's ingest batch (owned by the shard, created on first use), so
+ * that its open intervals keep coalescing across commits. Call
+ * tally_shard_prepare before each tally_batch_commit.
+ * Errors: TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_shard_batch(tally_shard *sh, tally_batch **out);
+
+/* Copies rate cards loaded into main.db since the last copy (a cheap check
+ * when there are none), so the next commit prices events as main.db would.
+ * Errors: TALLY_DB, TALLY_BUSY. */
+TALLY_MUST_CHECK tally_err tally_shard_prepare(tally_shard *sh);
+
+/* The epoch of the shard's current owner row (1, 2, ...). */
+int64_t tally_shard_epoch(const tally_shard *sh);
+
+/* "shard-<topic>-<partition>" into out; false if it does not fit or topic is
+ * not a Kafka topic name. */
+bool tally_shard_name(const char *topic, int32_t partition, char *out, size_t cap);
+
+#endif
