@@ -6,7 +6,8 @@
  *
  * Events are CloudEvents as SPEC section 1 describes, keyed by account: per
  * instance a stream of 10-second accelerator.usage reports (on demand, spot
- * and reserved), plus storage, traffic and token usage. With D and P, about
+ * and reserved; one source per host of 4 instances), plus storage, traffic
+ * and token usage from a few sources. Each source's ids count up. With D and P, about
  * D and P in a thousand messages are repeated events or poison (malformed
  * JSON, unknown types, bad fields). With --kv/--ndjson the messages are
  * written as "key:value" lines (for kcat -K:) or bare NDJSON lines (for
@@ -32,6 +33,7 @@ typedef struct gen {
     gen_opts o;
     uint64_t rng;
     long long *inst_seq; /* per instance: reports sent */
+    long long *src_seq;  /* per source (4 kinds x instances): ids issued */
     char msg[1024], prev[1024], key[64];
     size_t msg_len, prev_len;
     rd_kafka_t *rk;
@@ -52,6 +54,13 @@ static const char *const skus[] = {"a100-40g",  "a100-80g", "h100",        "rtx4
 static const char *const spot_skus[] = {"rtx4090", "tpu-v5e", "ascend-910b"};
 static const char *const models[] = {"qwen-72b", "llama-3-70b", "deepseek-v3", "glm-4"};
 
+/* The next id of a source: each source counts up, as producers' sequence
+ * numbers, ULIDs and UUIDv7 ids grow with time. */
+static long long next_id(gen *g, int kind, long long src)
+{
+    return ++g->src_seq[kind * g->o.instances + src];
+}
+
 /* A 10-second accelerator report of one instance. */
 static int accel(gen *g, long long inst, const char *acct, const char *ts)
 {
@@ -65,11 +74,11 @@ static int accel(gen *g, long long inst, const char *acct, const char *ts)
         pricing = "reserved";
     }
     return snprintf(g->msg, sizeof g->msg,
-                    "{\"specversion\":\"1.0\",\"id\":\"i%05lld-%010lld\",\"source\":\"//gpu-"
+                    "{\"specversion\":\"1.0\",\"id\":\"h%05lld-%012lld\",\"source\":\"//gpu-"
                     "hosts/h%05lld\",\"type\":\"accelerator.usage\",\"subject\":\"%s\",\"time\":"
                     "\"%s\",\"datacontenttype\":\"application/json\",\"data\":{\"instance\":\"ins-"
                     "%05lld\",\"sku\":\"%s\",\"pricing\":\"%s\",\"cards\":%d,\"seconds\":10}}",
-                    inst, g->inst_seq[inst], inst / 4, acct, ts, inst, sku, pricing,
+                    inst / 4, next_id(g, 0, inst / 4), inst / 4, acct, ts, inst, sku, pricing,
                     (int)(1 + (h >> 8) % 8));
 }
 
@@ -79,28 +88,28 @@ static int other(gen *g, long long inst, const char *acct, const char *ts, int k
     switch (kind) {
     case 0:
         return snprintf(g->msg, sizeof g->msg,
-                        "{\"specversion\":\"1.0\",\"id\":\"v%05lld-%010lld\",\"source\":\"//"
+                        "{\"specversion\":\"1.0\",\"id\":\"p%05lld-%012lld\",\"source\":\"//"
                         "storage/pool-%lld\",\"type\":\"storage.usage\",\"subject\":\"%s\","
                         "\"time\":\"%s\",\"data\":{\"volume\":\"vol-%05lld\",\"class\":\"%s\","
                         "\"bytes\":%lld,\"seconds\":10}}",
-                        inst, seq, inst % 16, acct, ts, inst, inst % 3 ? "ssd" : "hdd",
-                        (inst + 1) * 1000000000LL);
+                        inst % 16, next_id(g, 1, inst % 16), inst % 16, acct, ts, inst,
+                        inst % 3 ? "ssd" : "hdd", (inst + 1) * 1000000000LL);
     case 1:
         return snprintf(g->msg, sizeof g->msg,
-                        "{\"specversion\":\"1.0\",\"id\":\"t%05lld-%010lld\",\"source\":\"//"
+                        "{\"specversion\":\"1.0\",\"id\":\"g%05lld-%012lld\",\"source\":\"//"
                         "net/gw-%lld\",\"type\":\"traffic.usage\",\"subject\":\"%s\",\"time\":"
                         "\"%s\",\"data\":{\"resource\":\"ins-%05lld\",\"direction\":\"%s\","
                         "\"scope\":\"%s\",\"bytes\":\"%llu\"}}",
-                        inst, seq, inst % 8, acct, ts, inst, seq % 2 ? "egress" : "ingress",
-                        inst % 5 ? "internet" : "internal",
+                        inst % 8, next_id(g, 2, inst % 8), inst % 8, acct, ts, inst,
+                        seq % 2 ? "egress" : "ingress", inst % 5 ? "internet" : "internal",
                         (unsigned long long)(rnd(g) % 50000000));
     default:
         return snprintf(g->msg, sizeof g->msg,
-                        "{\"specversion\":\"1.0\",\"id\":\"k%05lld-%010lld\",\"source\":\"//"
+                        "{\"specversion\":\"1.0\",\"id\":\"a%05lld-%012lld\",\"source\":\"//"
                         "inference/api-%lld\",\"type\":\"tokens.usage\",\"subject\":\"%s\","
                         "\"time\":\"%s\",\"data\":{\"model\":\"%s\",\"kind\":\"%s\",\"tokens\":"
                         "%llu}}",
-                        inst, seq, inst % 4, acct, ts, models[inst % 4],
+                        inst % 4, next_id(g, 3, inst % 4), inst % 4, acct, ts, models[inst % 4],
                         seq % 3 ? "input" : "output", (unsigned long long)(rnd(g) % 20000));
     }
 }
@@ -252,10 +261,12 @@ int main(int argc, char **argv)
     }
     g.rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)g.o.seed;
     g.inst_seq = calloc((size_t)g.o.instances, sizeof *g.inst_seq);
+    g.src_seq = calloc(4 * (size_t)g.o.instances, sizeof *g.src_seq);
     g.kv = g.o.kv ? fopen(g.o.kv, "w") : NULL;
     g.nd = g.o.ndjson ? fopen(g.o.ndjson, "w") : NULL;
     g.rk = g.o.brokers ? make_producer(g.o.brokers) : NULL;
-    if (!g.inst_seq || (g.o.kv && !g.kv) || (g.o.ndjson && !g.nd) || (g.o.brokers && !g.rk)) {
+    if (!g.inst_seq || !g.src_seq || (g.o.kv && !g.kv) || (g.o.ndjson && !g.nd) ||
+        (g.o.brokers && !g.rk)) {
         fprintf(stderr, "bench_produce: cannot set up\n");
         return 1;
     }
@@ -279,5 +290,6 @@ int main(int argc, char **argv)
     if (g.nd)
         fclose(g.nd);
     free(g.inst_seq);
+    free(g.src_seq);
     return rc;
 }

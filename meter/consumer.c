@@ -134,6 +134,7 @@ static tally_err check_opts(tally_consumer *c, const tally_consumer_opts *o, cha
         return TALLY_INVAL;
     }
     tally_err e = copy_name(c->topic, sizeof c->topic, o->topic, "topic", why, cap);
+    c->topic_len = strlen(c->topic);
     if (!e)
         e = copy_name(c->group, sizeof c->group, o->group ? o->group : DEFAULT_GROUP, "group", why,
                       cap);

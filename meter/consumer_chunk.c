@@ -76,12 +76,32 @@ void pipeline_drop_fill(tally_consumer *c)
     c->chunks[c->fill].gen = ++c->next_gen;
 }
 
+/* Writes v in decimal at p; returns the end. */
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do
+        tmp[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* On the hot path (once per message), so no printf. */
 void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, char *out)
 {
-    int n =
-        snprintf(out, ORIGIN_MAX, "kafka:%s/%d@%lld", c->topic, (int)partition, (long long)offset);
-    if (n < 0)
-        out[0] = '\0';
+    char *p = out;
+    memcpy(p, "kafka:", 6);
+    p += 6;
+    memcpy(p, c->topic, c->topic_len);
+    p += c->topic_len;
+    *p++ = '/';
+    p = put_u64(p, (uint64_t)(partition < 0 ? 0 : partition));
+    *p++ = '@';
+    p = put_u64(p, (uint64_t)(offset < 0 ? 0 : offset));
+    *p = '\0';
 }
 
 /* ---- Commit ----------------------------------------------------------------- */

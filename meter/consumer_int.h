@@ -78,6 +78,7 @@ struct tally_consumer {
     tally_ledger *l;
     tally_consumer_opts o;
     char topic[256];
+    size_t topic_len;
     char group[256];
     char dlq_topic[256];
     rd_kafka_t *rk;
