@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "tally/meter.h"
+#include "tally/shard.h"
 
 static volatile sig_atomic_t stop_flag;
 
@@ -55,11 +56,14 @@ static void print_help(void)
            "  --batch-events N        commit every N messages (default 10000)\n"
            "  --batch-ms MS           ... or MS after a batch's first message (default 100)\n"
            "  --session-timeout-ms MS group session timeout (default 10000)\n"
-           "  --no-pipeline           decode and commit on one thread\n");
+           "  --no-pipeline           decode and commit on one thread\n"
+           "  --ledger-dir DIR        write into the ledger directory DIR (as --db DIR):\n"
+           "                          each partition into DIR/shard-<topic>-<partition>.db\n"
+           "                          while this member holds its lock (docs/DEPLOYMENT.md)\n");
 }
 
 typedef struct meter_args {
-    const char *until_idle, *batch_events, *batch_ms, *session;
+    const char *until_idle, *batch_events, *batch_ms, *session, *ledger_dir;
 } meter_args;
 
 static int parse_opts(cli_ctx *ctx, int argc, char **argv, tally_consumer_opts *o)
@@ -74,6 +78,7 @@ static int parse_opts(cli_ctx *ctx, int argc, char **argv, tally_consumer_opts *
                             {"batch-ms", &a.batch_ms, NULL},
                             {"session-timeout-ms", &a.session, NULL},
                             {"no-pipeline", NULL, &o->no_pipeline},
+                            {"ledger-dir", &a.ledger_dir, NULL},
                             {NULL, NULL, NULL}};
     int npos = 0;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, &npos);
@@ -93,7 +98,20 @@ static int parse_opts(cli_ctx *ctx, int argc, char **argv, tally_consumer_opts *
     if (!rc && a.session &&
         !(rc = cli_parse_int(ctx, "--session-timeout-ms", a.session, 1000, 3600000, &v)))
         o->session_timeout_ms = v;
+    if (!rc && a.ledger_dir) /* checked to be a directory once open */
+        ctx->db_path = a.ledger_dir;
     return rc;
+}
+
+/* In a ledger directory, the shards the member writes. */
+static int open_shards(cli_ctx *ctx, tally_ledger *l, bool need_dir, tally_shard_set **out)
+{
+    *out = NULL;
+    if (!tally_ledger_is_dir(l))
+        return need_dir ? cli_error(ctx, CLI_USAGE, "%s is not a directory", ctx->db_path) : CLI_OK;
+    if (tally_shard_set_create(l, NULL, out) != TALLY_OK)
+        return cli_error(ctx, CLI_FAIL, "out of memory");
+    return CLI_OK;
 }
 
 int cmd_meter(cli_ctx *ctx, int argc, char **argv)
@@ -103,12 +121,17 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
         return CLI_OK;
     }
     tally_consumer_opts o = {0};
+    const char *db_before = ctx->db_path;
     int rc = parse_opts(ctx, argc, argv, &o);
     if (rc)
         return rc;
     tally_ledger *l = NULL;
+    tally_shard_set *shards = NULL;
     if ((rc = cli_open_ledger(ctx, &l)))
         return rc;
+    if ((rc = open_shards(ctx, l, ctx->db_path != db_before, &shards)))
+        goto out_ledger;
+    o.shards = shards;
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
@@ -138,6 +161,7 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
            (long long)st.first_ms, (long long)st.last_ms);
     rc = CLI_OK;
 out_ledger:
+    tally_shard_set_destroy(shards);
     tally_ledger_close(l);
     return rc;
 }

@@ -124,6 +124,12 @@ tally_err tally_shard_batch(tally_shard *sh, tally_batch **out)
     return e;
 }
 
+void tally_shard_batch_drop(tally_shard *sh)
+{
+    tally_batch_destroy(sh->b);
+    sh->b = NULL;
+}
+
 /* ---- Rate cards from main.db ----------------------------------------------------- */
 
 static tally_err cards_version(tally_ledger *l, int64_t *v)

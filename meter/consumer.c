@@ -57,6 +57,9 @@ static tally_err make_consumer(tally_consumer *c, char *why, size_t cap)
         {"session.timeout.ms", session},
         {"heartbeat.interval.ms", heartbeat},
         {"fetch.wait.max.ms", "100"},
+        /* Bounded prefetch: at most 16 MB per fetch response and 32 MB
+         * queued, however many partitions are assigned. */
+        {"fetch.max.bytes", "16777216"},
         {"queued.max.messages.kbytes", "32768"},
         {"log.connection.close", "false"},
     };
@@ -405,6 +408,7 @@ tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
     }
     if (pipeline_start(c))
         return TALLY_NOMEM;
+    c->stop = stop;
     int64_t start_ms = c->start_ms = cons_now_ms();
     c->next_progress_ms = start_ms + PROGRESS_MS;
     while (!(stop && *stop) && !c->fatal) {

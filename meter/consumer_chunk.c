@@ -144,8 +144,9 @@ void chunk_commit(tally_consumer *c, chunk *k)
     memset(&k->st, 0, sizeof k->st);
     k->dlq = 0;
     k->dlq_failed = false;
-    k->err = queue_chunk(c, k);
-    if (k->err) {
+    if (c->o.shards) /* a ledger directory: one transaction per shard */
+        k->err = shard_chunk_commit(c, k);
+    else if ((k->err = queue_chunk(c, k)) != TALLY_OK) {
         if (reset_batch(c) != TALLY_OK)
             k->err = TALLY_NOMEM;
     } else {
@@ -207,12 +208,14 @@ void pipeline_stop(tally_consumer *c)
  * stale or busy commit, a restart from what the ledger holds. */
 static void finish(tally_consumer *c, chunk *k)
 {
+    /* What was stored: all of it, none, or with shards the partitions
+     * committed before one failed. */
+    c->st.messages += k->st.accepted + k->st.duplicates + k->st.conflicts + k->st.quarantined;
+    c->st.accepted += k->st.accepted;
+    c->st.duplicates += k->st.duplicates;
+    c->st.conflicts += k->st.conflicts;
+    c->st.quarantined += k->st.quarantined;
     if (k->err == TALLY_OK) {
-        c->st.messages += k->st.accepted + k->st.duplicates + k->st.conflicts + k->st.quarantined;
-        c->st.accepted += k->st.accepted;
-        c->st.duplicates += k->st.duplicates;
-        c->st.conflicts += k->st.conflicts;
-        c->st.quarantined += k->st.quarantined;
         c->st.dlq += k->dlq;
         for (size_t i = 0; k->dlq_failed && i < k->n_offs; i++)
             group_part(c, k->offs[i].partition)->kafka_hold = true;
@@ -226,7 +229,7 @@ static void finish(tally_consumer *c, chunk *k)
         group_resync(c);
     } else {
         fprintf(stderr, "tally meter: commit failed: %s (%s)\n", tally_err_str(k->err),
-                tally_ledger_errmsg(c->l));
+                c->o.shards ? "see above" : tally_ledger_errmsg(c->l));
         c->fatal = k->err;
     }
     k->n_offs = 0;

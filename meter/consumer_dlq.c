@@ -75,14 +75,15 @@ static tally_err first_col(void *ctx, int ncols, const char *const *cols)
 
 /* The stored reason of a message quarantined at commit (unknown_sku,
  * no_price, ...), which only the ledger knows. */
-static void stored_reason(tally_consumer *c, const char *origin, char *reason)
+static void stored_reason(tally_consumer *c, int32_t partition, const char *origin, char *reason)
 {
     const char *params[] = {origin};
     snprintf(reason, REASON_MAX, "quarantined");
-    if (tally_ledger_query(c->l, "SELECT reason FROM quarantine WHERE origin = ?", params, 1,
+    tally_ledger *l = shard_ledger_of(c, partition);
+    if (tally_ledger_query(l, "SELECT reason FROM quarantine WHERE origin = ?", params, 1,
                            first_col, reason) != TALLY_OK)
         fprintf(stderr, "tally meter: cannot read the quarantine reason of %s: %s\n", origin,
-                tally_ledger_errmsg(c->l));
+                tally_ledger_errmsg(l));
 }
 
 void dlq_chunk(tally_consumer *c, chunk *k)
@@ -100,7 +101,7 @@ void dlq_chunk(tally_consumer *c, chunk *k)
         else if (!it->is_event)
             snprintf(reason, sizeof reason, "%s", it->u.rej.reason);
         else
-            stored_reason(c, origin, reason);
+            stored_reason(c, it->partition, origin, reason);
         any = true;
         if (produce(c, k->arena + it->key_off, it->key_len, k->arena + it->raw_off, it->raw_len,
                     reason, origin))
@@ -166,13 +167,14 @@ bool dlq_replay(tally_consumer *c, int32_t partition, int64_t from, int64_t to)
     snprintf(pattern, sizeof pattern, "kafka:%s/%d@*", c->topic, (int)partition);
     const char *params[] = {pattern};
     replay r = {.c = c, .from = from, .to = to, .ok = true};
-    tally_err e = tally_ledger_query(
-        c->l, "SELECT origin, reason, hex(raw) FROM quarantine WHERE origin GLOB ?", params, 1,
-        replay_row, &r);
+    tally_ledger *l = shard_ledger_of(c, partition);
+    tally_err e =
+        tally_ledger_query(l, "SELECT origin, reason, hex(raw) FROM quarantine WHERE origin GLOB ?",
+                           params, 1, replay_row, &r);
     free(r.raw);
     if (e) {
         fprintf(stderr, "tally meter: cannot read quarantine for dead-letter replay: %s\n",
-                tally_ledger_errmsg(c->l));
+                tally_ledger_errmsg(l));
         return false;
     }
     c->st.dlq += r.sent;

@@ -65,6 +65,8 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
 {
     tally_err e = TALLY_OK;
     unassign_all(c);
+    if (c->o.shards)
+        shard_retain(c, list);
     for (int i = 0; i < list->cnt && !e; i++) {
         rd_kafka_topic_partition_t *tp = &list->elems[i];
         int64_t next = -1;
@@ -72,7 +74,8 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
             continue;
         e = grow_parts(c, tp->partition);
         if (!e)
-            e = tally_ledger_offset_get(c->l, c->topic, tp->partition, &next);
+            e = c->o.shards ? shard_take(c, tp->partition, &next)
+                            : tally_ledger_offset_get(c->l, c->topic, tp->partition, &next);
         if (e)
             break;
         part *p = &c->parts[tp->partition];
@@ -140,6 +143,8 @@ void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     commit_kafka_sync(c);
     unassign_all(c);
     (void)rd_kafka_assign(c->rk, NULL);
+    if (c->o.shards) /* the next owner may take them now */
+        tally_shard_release_all(c->o.shards);
 }
 
 void group_resync(tally_consumer *c)

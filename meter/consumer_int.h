@@ -115,6 +115,8 @@ struct tally_consumer {
     int64_t next_progress_ms; /* when progress is due */
     int64_t last_progress_ms; /* when progress was last reported */
     int64_t progress_msgs;    /* st.messages at the last tick */
+
+    volatile sig_atomic_t *stop; /* tally_consumer_run's stop flag, or NULL */
 };
 
 /* Milliseconds of a monotonic clock. */
@@ -165,5 +167,17 @@ int64_t group_lag(tally_consumer *c);
 part *group_part(tally_consumer *c, int32_t partition);
 /* Commits the ledger's offsets to Kafka too (async; for lag monitoring). */
 void group_commit_kafka(tally_consumer *c, const chunk *k);
+
+/* consumer_shard.c: with o.shards, each partition writes into its shard. */
+/* The ledger holding the partition: its shard's, if taken, else c->l. */
+tally_ledger *shard_ledger_of(tally_consumer *c, int32_t partition);
+/* Takes the partition's shard, waiting while another process holds its lock
+ * (until *c->stop or closing), and reads its stored offset. */
+tally_err shard_take(tally_consumer *c, int32_t partition, int64_t *next);
+/* Lets go of the shards of partitions not in list. */
+void shard_retain(tally_consumer *c, const rd_kafka_topic_partition_list_t *list);
+/* Commits the chunk into its partitions' shards, one transaction each; k->st
+ * holds what was stored even when a later shard failed. */
+tally_err shard_chunk_commit(tally_consumer *c, chunk *k);
 
 #endif

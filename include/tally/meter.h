@@ -24,6 +24,7 @@
 
 #include "tally/err.h"
 #include "tally/ledger.h"
+#include "tally/shard.h"
 
 /* ---- Embedded broker ------------------------------------------------------ */
 
@@ -88,6 +89,12 @@ typedef struct tally_consumer_opts {
     int64_t batch_ms;           /* ... or this long after a batch's first; 0: 100 */
     int64_t session_timeout_ms; /* group session timeout; 0: 10,000 */
     bool no_pipeline;           /* decode and commit on one thread (default: two) */
+    /* NULL: every partition is written into the ledger given to
+     * tally_consumer_create. Else (a ledger directory) each partition is
+     * written into its own shard, taken from this set (borrowed; it must
+     * outlive the consumer) when the partition is assigned, waiting while
+     * another process holds its lock, and released when it is revoked. */
+    tally_shard_set *shards;
 } tally_consumer_opts;
 
 typedef struct tally_consumer_stats {

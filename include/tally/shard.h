@@ -109,6 +109,10 @@ tally_ledger *tally_shard_ledger(tally_shard *sh);
  * Errors: TALLY_NOMEM. */
 TALLY_MUST_CHECK tally_err tally_shard_batch(tally_shard *sh, tally_batch **out);
 
+/* Destroys the shard's batch with anything queued in it (after a failed
+ * queueing); the next tally_shard_batch creates a fresh one. */
+void tally_shard_batch_drop(tally_shard *sh);
+
 /* Copies rate cards loaded into main.db since the last copy (a cheap check
  * when there are none), so the next commit prices events as main.db would.
  * Errors: TALLY_DB, TALLY_BUSY. */
