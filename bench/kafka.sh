@@ -5,8 +5,11 @@
 #   bench/kafka.sh [BUILD_DIR]          (default: build)
 #
 # Environment: EVENTS (default 1000000), PARTITIONS (default 128: the mock
-# broker keeps about 5 MB per partition, so EVENTS x ~275 bytes must fit),
-# METER_ARGS (extra `tally meter` options), KEEP=1 keeps the work folder.
+# broker keeps about 5 MB per partition, so EVENTS x ~275 bytes must fit,
+# and messages are keyed by account, so use many more accounts than
+# partitions), PRODUCE_ARGS (extra bench_produce options, e.g. --accounts
+# 5000 --instances 20000), METER_ARGS (extra `tally meter` options), KEEP=1
+# keeps the work folder.
 #
 # Each consumer's rate excludes joining the group: it is messages / (time of
 # the last message or commit - time of the first message). Peak RSS and CPU
@@ -39,11 +42,14 @@ for _ in $(seq 100); do [ -s "$work/broker.out" ] && break; sleep 0.1; done
 bootstrap=$(head -1 "$work/broker.out")
 echo "broker $bootstrap, $PARTITIONS partitions"
 
-"$B/bench_produce" --brokers "$bootstrap" --topic usage --events "$EVENTS" | sed 's/^/produce: /'
+# shellcheck disable=SC2086
+"$B/bench_produce" --brokers "$bootstrap" --topic usage --events "$EVENTS" ${PRODUCE_ARGS:-} |
+  sed 's/^/produce: /'
 
 # 1. The bare consumer.
 /usr/bin/time -v "$B/bench_kafka_baseline" --brokers "$bootstrap" --topic usage \
-  --group bench-base --expect "$EVENTS" >"$work/base.out" 2>"$work/base.time"
+  --group bench-base --expect "$EVENTS" >"$work/base.out" 2>"$work/base.time" ||
+  echo "kafka.sh: the baseline did not see all $EVENTS messages (retention? more partitions)" >&2
 base_rate=$(sed 's/.*rate=\([0-9]*\).*/\1/' "$work/base.out")
 echo "baseline: $(cat "$work/base.out") rss_mb=$(peak_rss_mb "$work/base.time") cpu_s=$(cpu_s "$work/base.time")"
 
