@@ -22,6 +22,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "tally/event.h"
+#include "tally/shard.h"
 
 typedef struct gen_opts {
     const char *brokers, *topic, *kv, *ndjson;
@@ -184,7 +185,8 @@ static rd_kafka_t *make_producer(const char *brokers)
                            {"batch.num.messages", "100000"},
                            {"queue.buffering.max.messages", "2000000"},
                            {"queue.buffering.max.kbytes", "1048576"},
-                           {"message.timeout.ms", "600000"}};
+                           {"message.timeout.ms", "600000"},
+                           {"partitioner", TALLY_KAFKA_PARTITIONER}};
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)

@@ -21,6 +21,7 @@
 #include "demo_stream.h"
 #include "tally/buf.h"
 #include "tally/publish.h"
+#include "tally/shard.h"
 #include "tally/sign.h"
 
 typedef struct demo {
@@ -140,7 +141,9 @@ static int produce(demo *d)
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (rd_kafka_conf_set(conf, "bootstrap.servers", d->bootstrap, err, sizeof err) ||
         rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof err) ||
-        rd_kafka_conf_set(conf, "linger.ms", "20", err, sizeof err)) {
+        rd_kafka_conf_set(conf, "linger.ms", "20", err, sizeof err) ||
+        /* keyed by account: the partition every Tally producer picks */
+        rd_kafka_conf_set(conf, "partitioner", TALLY_KAFKA_PARTITIONER, err, sizeof err)) {
         rd_kafka_conf_destroy(conf);
         return cli_error(d->ctx, CLI_FAIL, "producer config: %s", err);
     }

@@ -88,6 +88,7 @@ static tally_err make_dlq(tally_consumer *c, char *why, size_t cap)
         {"bootstrap.servers", c->o.brokers},
         {"client.id", "tally-meter-dlq"},
         {"linger.ms", "2"},
+        {"partitioner", TALLY_KAFKA_PARTITIONER}, /* copies keep their key's partition */
         {"log.connection.close", "false"},
     };
     rd_kafka_conf_t *conf = rd_kafka_conf_new();

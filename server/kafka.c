@@ -15,6 +15,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "server_int.h"
+#include "tally/shard.h"
 
 #define FLUSH_MS       5000
 #define MSG_TIMEOUT_MS "15000"
@@ -63,6 +64,8 @@ tally_err srv_kafka_create(const char *brokers, srv_kafka **out, char *why, size
         {"linger.ms", "2"},
         {"message.timeout.ms", MSG_TIMEOUT_MS},
         {"client.id", "tally-serve"},
+        /* events are keyed by account: the partition every Tally producer picks */
+        {"partitioner", TALLY_KAFKA_PARTITIONER},
     };
     *out = NULL;
     srv_kafka *k = calloc(1, sizeof *k);
