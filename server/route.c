@@ -169,9 +169,20 @@ static srv_outcome dispatch(srv_call *c)
         return srv_fail(c, 405, "method_not_allowed", "allowed: %s", c->resp.allow);
     if (m == SRV_MATCH_BAD_PATH)
         return srv_fail(c, 400, "bad_path", "malformed path segment");
-    if (!authorize(c, r) || !in_scope(c, r))
-        return SRV_ANSWERED;
-    return r->handler(c);
+    /* A GET reads one snapshot: the key check and every query of its report
+     * share one read transaction, which also takes the file locks once
+     * instead of once per statement. Writers (events, credits, prices) open
+     * their own write transactions in the ledger. */
+    bool snapshot = strcmp(r->method, "GET") == 0 &&
+                    tally_ledger_exec(c->srv->ledger, "BEGIN DEFERRED") == TALLY_OK;
+    srv_outcome out = SRV_ANSWERED;
+    if (authorize(c, r) && in_scope(c, r))
+        out = r->handler(c);
+    if (snapshot && tally_ledger_exec(c->srv->ledger, "COMMIT") != TALLY_OK &&
+        tally_ledger_exec(c->srv->ledger, "ROLLBACK") != TALLY_OK)
+        fprintf(stderr, "tally serve: cannot end a read transaction: %s\n",
+                tally_ledger_errmsg(c->srv->ledger));
+    return out;
 }
 
 void tally_server_handle(tally_server *s, const tally_http_request *req, tally_http_reply_fn reply,
