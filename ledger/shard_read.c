@@ -197,7 +197,7 @@ static tally_err discover(tally_ledger *l)
         n += e == TALLY_OK;
     }
     closedir(d);
-    if (!e)
+    if (!e && n > 0)
         qsort(names, n, sizeof *names, by_str);
     for (size_t i = 0; i < n; i++) {
         if (!e)

@@ -69,6 +69,7 @@ struct tally_shard_set {
     char owner[OWNER_MAX];
     char host[64];
     tally_shard *head;
+    sqlite3_stmt *st_cards; /* main.db's rate card version, prepared once */
 };
 
 tally_err tally_shard_set_create(tally_ledger *main, const char *owner, tally_shard_set **out)
@@ -96,6 +97,7 @@ void tally_shard_set_destroy(tally_shard_set *s)
     if (!s)
         return;
     tally_shard_release_all(s);
+    sqlite3_finalize(s->st_cards);
     free(s);
 }
 
@@ -132,18 +134,22 @@ void tally_shard_batch_drop(tally_shard *sh)
 
 /* ---- Rate cards from main.db ----------------------------------------------------- */
 
-static tally_err cards_version(tally_ledger *l, int64_t *v)
+/* Cards are never updated or deleted, so the count and the highest rowid
+ * change exactly when one is loaded (as ledger_cards() relies on too). */
+static tally_err cards_version(tally_shard_set *s, int64_t *v)
 {
-    sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, "SELECT count(*), coalesce(max(rowid), 0) FROM ratecards", &st);
+    tally_err e = TALLY_OK;
+    if (!s->st_cards)
+        e = ledger_prepare(s->main, "SELECT count(*), coalesce(max(rowid), 0) FROM ratecards",
+                           &s->st_cards);
     if (e)
         return e;
-    int rc = sqlite3_step(st);
+    int rc = sqlite3_step(s->st_cards);
     if (rc == SQLITE_ROW)
-        *v = (sqlite3_column_int64(st, 0) << 32) ^ sqlite3_column_int64(st, 1);
+        *v = (sqlite3_column_int64(s->st_cards, 0) << 32) ^ sqlite3_column_int64(s->st_cards, 1);
     else
-        e = ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
+        e = ledger_sqlite_err(s->main, rc);
+    sqlite3_reset(s->st_cards);
     return e;
 }
 
@@ -182,7 +188,7 @@ static tally_err copy_cards(tally_shard *sh)
 tally_err tally_shard_prepare(tally_shard *sh)
 {
     int64_t v = 0;
-    tally_err e = cards_version(sh->set->main, &v);
+    tally_err e = cards_version(sh->set, &v);
     if (e) {
         snprintf(sh->l->errmsg, sizeof sh->l->errmsg, "main.db: %s",
                  tally_ledger_errmsg(sh->set->main));

@@ -5,18 +5,21 @@
  * A chunk is committed shard by shard, each in one transaction with its
  * partition's offset compare-and-set (the same pair the single-ledger path
  * gives one batch), so a shard never holds part of a partition's messages
- * beyond its stored offset. If one shard's commit fails, the shards
- * committed before it keep their messages (their offsets say so) and the
- * consumer restarts every partition from its shard's offset as it does
- * after any failed commit. */
+ * beyond its stored offset. Up to COMMIT_THREADS shards commit at once:
+ * each waits on its own fsync, and on one core or two that wait, not the
+ * CPU, is what one transaction per shard costs. If a shard's commit fails,
+ * the shards that committed keep their messages (their offsets say so)
+ * and the consumer restarts every partition from its shard's offset as it
+ * does after any failed commit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "consumer_int.h"
 
-#define LOCK_TRY_MS  1000  /* one wait for a lock, between checks for a stop */
-#define LOCK_NOTE_MS 10000 /* how often a long wait is reported */
+#define LOCK_TRY_MS    1000  /* one wait for a lock, between checks for a stop */
+#define LOCK_NOTE_MS   10000 /* how often a long wait is reported */
+#define COMMIT_THREADS 8     /* shards committed at once (their fsyncs overlap) */
 
 tally_ledger *shard_ledger_of(tally_consumer *c, int32_t partition)
 {
@@ -67,6 +70,25 @@ void shard_retain(tally_consumer *c, const rd_kafka_topic_partition_list_t *list
     }
 }
 
+/* One partition's share of a chunk, committed into its shard. */
+typedef struct part_job {
+    tally_consumer *c;
+    chunk *k;
+    const chunk_off *o;
+    tally_shard *sh;
+    tally_batch *b;
+    tally_event_result *res; /* room for the partition's items */
+    tally_batch_stats st;
+    tally_err err;
+} part_job;
+
+/* Jobs handed out to the committing threads. */
+typedef struct job_queue {
+    part_job *jobs;
+    size_t n, next;
+    pthread_mutex_t mu;
+} job_queue;
+
 /* Queues the chunk's items of one partition, in order, and its offsets. */
 static tally_err queue_partition(tally_consumer *c, chunk *k, const chunk_off *o, tally_batch *b)
 {
@@ -86,6 +108,82 @@ static tally_err queue_partition(tally_consumer *c, chunk *k, const chunk_off *o
     return tally_batch_set_offset(b, c->topic, o->partition, o->expected_next, o->new_next);
 }
 
+/* Commits one job; runs on any of the committing threads (each shard's
+ * connection and batch are used by one thread at a time). */
+static void run_job(part_job *j)
+{
+    j->err = queue_partition(j->c, j->k, j->o, j->b);
+    if (j->err)
+        tally_shard_batch_drop(j->sh); /* nothing half-queued may ever commit */
+    else
+        j->err = tally_batch_commit(j->b, &j->st, j->res);
+    if (j->err && j->err != TALLY_STALE && j->err != TALLY_BUSY)
+        fprintf(stderr, "tally meter: shard of partition %d: %s\n", (int)j->o->partition,
+                tally_ledger_errmsg(tally_shard_ledger(j->sh)));
+}
+
+static void *commit_worker(void *arg)
+{
+    job_queue *q = arg;
+    for (;;) {
+        pthread_mutex_lock(&q->mu);
+        size_t i = q->next++;
+        pthread_mutex_unlock(&q->mu);
+        if (i >= q->n)
+            return NULL;
+        run_job(&q->jobs[i]);
+    }
+}
+
+/* Runs the jobs on up to COMMIT_THREADS threads (this one included), so the
+ * shards' commits, each waiting on its own fsync, overlap. */
+static void run_jobs(job_queue *q)
+{
+    pthread_t th[COMMIT_THREADS - 1];
+    size_t started = 0;
+    if (pthread_mutex_init(&q->mu, NULL) != 0) {
+        for (size_t i = 0; i < q->n; i++)
+            run_job(&q->jobs[i]);
+        return;
+    }
+    while (started + 1 < COMMIT_THREADS && started + 1 < q->n &&
+           pthread_create(&th[started], NULL, commit_worker, q) == 0)
+        started++;
+    commit_worker(q);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&q->mu);
+}
+
+/* Sets up one job per partition of the chunk, on this thread: the shard,
+ * its batch, its slice of res, and the rate cards of main.db (whose
+ * connection only this thread uses). */
+static tally_err plan_jobs(tally_consumer *c, chunk *k, part_job *jobs, tally_event_result *res)
+{
+    size_t base = 0;
+    for (size_t i = 0; i < k->n_offs; i++) {
+        part_job *j = &jobs[i];
+        *j = (part_job){.c = c, .k = k, .o = &k->offs[i], .res = res + base};
+        j->sh = tally_shard_find(c->o.shards, c->topic, j->o->partition);
+        if (!j->sh) {
+            fprintf(stderr, "tally meter: internal error: partition %d has no shard\n",
+                    (int)j->o->partition);
+            return TALLY_INTERNAL;
+        }
+        tally_err e = tally_shard_batch(j->sh, &j->b);
+        if (!e)
+            e = tally_shard_prepare(j->sh);
+        if (e) {
+            fprintf(stderr, "tally meter: shard of partition %d: %s\n", (int)j->o->partition,
+                    tally_ledger_errmsg(tally_shard_ledger(j->sh)));
+            return e;
+        }
+        for (size_t n = 0; n < k->n; n++)
+            base += k->items[n].partition == j->o->partition;
+    }
+    return TALLY_OK;
+}
+
 /* Puts one shard's results back at its items' places in the chunk. */
 static void scatter(chunk *k, int32_t partition, const tally_event_result *res)
 {
@@ -95,51 +193,40 @@ static void scatter(chunk *k, int32_t partition, const tally_event_result *res)
             k->results[i] = res[j++];
 }
 
-static void add_stats(tally_batch_stats *to, const tally_batch_stats *st)
+/* The chunk's outcome: a failure that is not a stale or busy commit first
+ * (it stops the meter), else a stale or busy one (it resyncs), else OK;
+ * what committed is counted and its results kept either way. */
+static tally_err gather(chunk *k, const part_job *jobs)
 {
-    to->accepted += st->accepted;
-    to->duplicates += st->duplicates;
-    to->conflicts += st->conflicts;
-    to->quarantined += st->quarantined;
-}
-
-/* One partition's part of the chunk into its shard. */
-static tally_err commit_partition(tally_consumer *c, chunk *k, const chunk_off *o,
-                                  tally_event_result *res)
-{
-    tally_shard *sh = tally_shard_find(c->o.shards, c->topic, o->partition);
-    tally_batch *b = NULL;
-    if (!sh) {
-        fprintf(stderr, "tally meter: internal error: partition %d has no shard\n",
-                (int)o->partition);
-        return TALLY_INTERNAL;
+    tally_err worst = TALLY_OK;
+    for (size_t i = 0; i < k->n_offs; i++) {
+        const part_job *j = &jobs[i];
+        if (j->err) {
+            bool fatal = j->err != TALLY_STALE && j->err != TALLY_BUSY;
+            if (!worst || (fatal && (worst == TALLY_STALE || worst == TALLY_BUSY)))
+                worst = j->err;
+            continue;
+        }
+        scatter(k, j->o->partition, j->res);
+        k->st.accepted += j->st.accepted;
+        k->st.duplicates += j->st.duplicates;
+        k->st.conflicts += j->st.conflicts;
+        k->st.quarantined += j->st.quarantined;
     }
-    tally_err e = tally_shard_batch(sh, &b);
-    if (!e && (e = queue_partition(c, k, o, b)) != TALLY_OK)
-        tally_shard_batch_drop(sh); /* nothing half-queued may ever commit */
-    if (!e)
-        e = tally_shard_prepare(sh);
-    tally_batch_stats st = {0};
-    if (!e)
-        e = tally_batch_commit(b, &st, res);
-    if (e && e != TALLY_STALE && e != TALLY_BUSY)
-        fprintf(stderr, "tally meter: shard of partition %d: %s\n", (int)o->partition,
-                tally_ledger_errmsg(tally_shard_ledger(sh)));
-    if (!e) {
-        scatter(k, o->partition, res);
-        add_stats(&k->st, &st);
-    }
-    return e;
+    return worst;
 }
 
 tally_err shard_chunk_commit(tally_consumer *c, chunk *k)
 {
     tally_event_result *res = malloc((k->n ? k->n : 1) * sizeof *res);
-    if (!res)
-        return TALLY_NOMEM;
-    tally_err e = TALLY_OK;
-    for (size_t i = 0; i < k->n_offs && !e; i++)
-        e = commit_partition(c, k, &k->offs[i], res);
+    part_job *jobs = calloc(k->n_offs ? k->n_offs : 1, sizeof *jobs);
+    tally_err e = res && jobs ? plan_jobs(c, k, jobs, res) : TALLY_NOMEM;
+    if (!e) {
+        job_queue q = {.jobs = jobs, .n = k->n_offs};
+        run_jobs(&q);
+        e = gather(k, jobs);
+    }
+    free(jobs);
     free(res);
     return e;
 }
