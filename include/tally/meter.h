@@ -11,7 +11,7 @@
  * writes usage into a ledger exactly once: each partition's next offset is
  * stored in the ledger in the same transaction as the batch of events it
  * ends, with compare-and-set, so a restarted, rebalanced or stale member can
- * neither lose nor double-count a message. Offsets are also committed to
+ * neither lose a message nor count it twice. Offsets are also committed to
  * Kafka after each ledger commit, but only so that lag can be watched; the
  * ledger is the source of truth. */
 #ifndef TALLY_METER_H
