@@ -12,8 +12,13 @@
  * stored in the ledger in the same transaction as the batch of events it
  * ends, with compare-and-set, so a restarted, rebalanced or stale member can
  * neither lose a message nor count it twice. Offsets are also committed to
- * Kafka after each ledger commit, but only so that lag can be watched; the
- * ledger is the source of truth. */
+ * Kafka after each ledger commit, but only so that lag can be watched and
+ * dead-letter copies resumed (meter/consumer_dlq.c); the ledger is the
+ * source of truth.
+ *
+ * With a dead-letter topic, each quarantined message is also copied there,
+ * at least once, with headers tally-reason and tally-origin
+ * ("kafka:<topic>/<partition>@<offset>": repeats carry the same origin). */
 #ifndef TALLY_METER_H
 #define TALLY_METER_H
 
