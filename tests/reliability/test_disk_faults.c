@@ -19,6 +19,7 @@
  *    not at all.
  * "Holds" is checked against the stream model (rel_model.h): the stored
  * offsets account exactly for the dedupe keys, quarantine rows and usage. */
+#include <errno.h>
 #include <unistd.h>
 
 #include "rel_check.h"
@@ -27,7 +28,7 @@
 
 #define PARTS    2
 #define ACCOUNTS 12
-#define BATCH    150
+#define BATCH    100
 #define BATCHES  4
 
 typedef struct disk {
@@ -92,9 +93,23 @@ static int stored_batch(const char *path)
     return at;
 }
 
+/* work.db (and no WAL or shm) as a copy of base.db, without a shell. */
 static void copy_base(void)
 {
-    assert_int_equal(tu_sh(NULL, "rm -f '%s'* && cp '%s' '%s'", D.work, D.base, D.work), 0);
+    static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+    char path[700];
+    for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
+        snprintf(path, sizeof path, "%s%s", D.work, sfx[i]);
+        assert_true(unlink(path) == 0 || errno == ENOENT);
+    }
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tu_read_file(D.base, &b), 0);
+    FILE *f = fopen(D.work, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
+    assert_int_equal(fclose(f), 0);
+    tally_buf_release(&b);
 }
 
 /* The stream, offsets as a Kafka partition would number them, and a base
@@ -318,12 +333,12 @@ static void test_power_cut_each_call(void **state)
     int64_t ops = tally_faultvfs_count(TALLY_FAULT_ANY) - before;
     long cuts = 0;
     for (int64_t n = 1; n <= ops + 1; n++)
-        for (uint64_t torn = 0; torn < 2; torn++, cuts++)
+        for (uint64_t torn = 0; torn < 1 + (uint64_t)(n % 2); torn++, cuts++)
             (void)power_cut_at(n, torn ? (uint64_t)n * 31 + 5 : 0, false);
     /* The harness has teeth: without syncs, acknowledged batches are lost. */
     assert_true(power_cut_at(ops / 2, 0, true));
-    printf("power cut: %ld cuts over %lld calls of %d batches (lost and torn unsynced writes), "
-           "every acknowledged batch kept, none in part\n",
+    printf("power cut: %ld cuts over %lld calls of %d batches (unsynced writes lost; torn by "
+           "sector at every other call), every acknowledged batch kept, none in part\n",
            cuts, (long long)ops, BATCHES);
 }
 
