@@ -364,7 +364,13 @@ tally_err tally_ledger_offset_get(tally_ledger *l, const char *topic, int32_t pa
                                   int64_t *next)
 {
     sqlite3_stmt *st;
+    bool in_shard = false;
     *next = -1;
+    if (l->shards) { /* a ledger directory: the partition's shard holds it */
+        tally_err e = ledger_shards_offset(l, topic, partition, next, &in_shard);
+        if (e || in_shard)
+            return e;
+    }
     tally_err e = ledger_prepare(
         l, "SELECT next_offset FROM offsets WHERE topic = ?1 AND partition = ?2", &st);
     if (e != TALLY_OK)
@@ -408,6 +414,8 @@ tally_err tally_ledger_counts_get(tally_ledger *l, tally_ledger_counts *out)
         sqlite3_reset(st);
     }
     sqlite3_finalize(st);
+    if (e == TALLY_OK && l->shards) /* a ledger directory: and every shard's */
+        e = ledger_shards_counts(l, out);
     return e;
 }
 

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "ledger_int.h"
 
@@ -102,6 +103,24 @@ tally_err ledger_usage_snapshot(tally_ledger *l, int64_t *id);
 /* Records the message of st's database in l->errmsg and maps rc as
  * ledger_sqlite_err does. */
 tally_err ledger_stmt_err(tally_ledger *l, sqlite3_stmt *st, int rc);
+
+/* The source's connection, opening a shard on first use. Errors: those of
+ * shard_open_reader. */
+tally_err shard_src_db(tally_ledger *l, shard_src *src, sqlite3 **db);
+/* Adds the shards created since the last look, in name order.
+ * Errors: TALLY_IO, TALLY_NOMEM. */
+tally_err shard_discover(tally_ledger *l);
+/* The index of the source named name, or -1. */
+ssize_t shard_src_index(const struct ledger_shards *s, const char *name);
+
+/* For a ledger directory (shard_stats.c): the stored offset of (topic,
+ * partition) from its shard; *found is false when there is no such shard.
+ * Errors: TALLY_DB, TALLY_IO. */
+tally_err ledger_shards_offset(tally_ledger *l, const char *topic, int32_t partition, int64_t *next,
+                               bool *found);
+/* For a ledger directory: adds every shard's totals to *out.
+ * Errors: TALLY_DB, TALLY_IO, TALLY_NOMEM. */
+tally_err ledger_shards_counts(tally_ledger *l, tally_ledger_counts *out);
 
 /* Opens a shard file for reading (shard_read.c) or writing (shard_write.c):
  * read-only connections get query_only and a busy timeout. Errors: TALLY_IO

@@ -123,8 +123,7 @@ static tally_err src_add(struct ledger_shards *s, const char *name, bool is_main
     return TALLY_OK;
 }
 
-/* The source's connection, opening a shard on first use. */
-static tally_err src_db(tally_ledger *l, shard_src *src, sqlite3 **db)
+tally_err shard_src_db(tally_ledger *l, shard_src *src, sqlite3 **db)
 {
     if (!src->db) {
         char path[4096];
@@ -169,8 +168,7 @@ static int by_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Adds the shards created since the last look, in name order. */
-static tally_err discover(tally_ledger *l)
+tally_err shard_discover(tally_ledger *l)
 {
     struct ledger_shards *s = l->shards;
     DIR *d = opendir(s->dir);
@@ -239,7 +237,7 @@ static tally_err map_src(tally_ledger *l, uint32_t i, bool *added)
     shard_src *src = &l->shards->src[i];
     sqlite3 *db;
     sqlite3_stmt *st;
-    tally_err e = src_db(l, src, &db);
+    tally_err e = shard_src_db(l, src, &db);
     if (e)
         return e;
     int rc =
@@ -303,7 +301,7 @@ static tally_err unseen_accounts(tally_ledger *l, shard_src *src, new_account **
     sqlite3_stmt *st = NULL;
     int64_t mark = 0;
     size_t cap = 0;
-    tally_err e = src_db(l, src, &db);
+    tally_err e = shard_src_db(l, src, &db);
     if (!e)
         e = ledger_prepare(l, "SELECT accounts_rowid FROM shard_sources WHERE name = ?1", &st);
     if (e)
@@ -423,7 +421,7 @@ tally_err ledger_shards_refresh(tally_ledger *l)
 {
     if (!l->shards)
         return TALLY_OK;
-    tally_err e = discover(l);
+    tally_err e = shard_discover(l);
     if (!e)
         e = import_accounts(l);
     if (!e)
@@ -458,7 +456,7 @@ static tally_err dir_setup(tally_ledger *l, const char *dir)
     s->src[0].db = l->db;
     e = tally_ledger_exec(l, main_ddl);
     if (!e)
-        e = discover(l);
+        e = shard_discover(l);
     if (!e)
         e = import_accounts(l);
     return e;
@@ -503,7 +501,7 @@ static const char seq_sql[] = "SELECT value FROM meta WHERE key = 'usage_seq'";
 static tally_err src_seq(tally_ledger *l, shard_src *src, int64_t *seq)
 {
     sqlite3 *db;
-    tally_err e = src_db(l, src, &db);
+    tally_err e = shard_src_db(l, src, &db);
     if (!e && !src->st_seq) {
         int rc = sqlite3_prepare_v3(db, seq_sql, -1, SQLITE_PREPARE_PERSISTENT, &src->st_seq, NULL);
         if (rc != SQLITE_OK)
@@ -519,7 +517,7 @@ static tally_err src_seq(tally_ledger *l, shard_src *src, int64_t *seq)
     return e;
 }
 
-static ssize_t src_index(const struct ledger_shards *s, const char *name)
+ssize_t shard_src_index(const struct ledger_shards *s, const char *name)
 {
     for (size_t i = 0; i < s->n_src; i++)
         if (strcmp(s->src[i].name, name) == 0)
@@ -542,9 +540,9 @@ static tally_err snap_load(tally_ledger *l, int64_t id)
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 0);
-        ssize_t i = src_index(s, name ? name : "");
-        if (i < 0 && !(e = discover(l)))
-            i = src_index(s, name ? name : "");
+        ssize_t i = shard_src_index(s, name ? name : "");
+        if (i < 0 && !(e = shard_discover(l)))
+            i = shard_src_index(s, name ? name : "");
         if (!e && i < 0) {
             snprintf(l->errmsg, sizeof l->errmsg,
                      "usage snapshot %lld names %s, which is not in %s", (long long)id,
@@ -603,7 +601,7 @@ static tally_err snapshot_dir(tally_ledger *l, int64_t *id)
 {
     struct ledger_shards *s = l->shards;
     int64_t latest = 0, billed = 0;
-    tally_err e = discover(l);
+    tally_err e = shard_discover(l);
     if (e)
         return e;
     size_t n = s->n_src; /* the sources this snapshot covers */
@@ -647,7 +645,7 @@ static tally_err each_src(tally_ledger *l, size_t i, ledger_usage_slot slot, con
 {
     shard_src *src = &l->shards->src[i];
     sqlite3 *db;
-    tally_err e = src_db(l, src, &db);
+    tally_err e = shard_src_db(l, src, &db);
     if (!e && !src->st[slot]) {
         int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &src->st[slot], NULL);
         if (rc != SQLITE_OK) {

@@ -401,6 +401,23 @@ static void test_invoices_equal_plain(void **state)
     assert_int_equal(value(f.l, "SELECT count(DISTINCT source) FROM shard_snapshots"), 11);
     assert_int_equal(value(f.l, "SELECT count(DISTINCT id) FROM shard_snapshots"), 2);
     assert_int_equal(value(f.l, "SELECT count(*) FROM usage_intervals"), 0); /* main.db */
+    /* Offsets and totals of the directory come from its shards. */
+    int64_t sum = 0;
+    for (int32_t p = 0; p < 13; p++) {
+        int64_t next = -1;
+        assert_int_equal(tally_ledger_offset_get(f.l, TOPIC, p, &next), TALLY_OK);
+        sum += next > 0 ? next : 0;
+    }
+    assert_int_equal(sum, 700 + 60 + 200);
+    int64_t none = 0;
+    assert_int_equal(tally_ledger_offset_get(f.l, TOPIC, 99, &none), TALLY_OK);
+    assert_int_equal(none, -1);
+    tally_ledger_counts cd, cp;
+    assert_int_equal(tally_ledger_counts_get(f.l, &cd), TALLY_OK);
+    assert_int_equal(tally_ledger_counts_get(plain, &cp), TALLY_OK);
+    assert_int_equal(cd.dedupe_keys, 960);
+    assert_int_equal(cd.dedupe_keys, cp.dedupe_keys);
+    assert_int_equal(cd.points, cp.points);
 
     tu_assert_conservation(plain);
     tally_ledger_close(plain);
