@@ -152,6 +152,7 @@ static int teardown(void **state)
     return 0;
 }
 
+/* integrity_check and the conservation checks. */
 static void assert_integrity(const char *path)
 {
     tally_ledger *l = open_ledger(path);
@@ -162,6 +163,7 @@ static void assert_integrity(const char *path)
     if (strcmp(out.data ? out.data : "", "ok\n") != 0)
         fail_msg("integrity_check: %s", out.data ? out.data : "(nothing)");
     tally_buf_release(&out);
+    tu_assert_conservation(l);
     tally_ledger_close(l);
 }
 
