@@ -107,9 +107,10 @@ static inline void rel_snap_free(rel_snap *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Reads what the invariant needs, in one read transaction (meters may be
- * writing). Returns false with why filled if the ledger cannot be read. */
-static inline bool rel_snap_read(const char *db, rel_snap *s, char *why, size_t cap)
+/* Reads what the invariant needs from an open ledger, in one read
+ * transaction (meters may be writing). Returns false with why filled if the
+ * ledger cannot be read. */
+static inline bool rel_snap_read_ledger(tally_ledger *l, rel_snap *s, char *why, size_t cap)
 {
     static const struct {
         const char *sql;
@@ -128,21 +129,29 @@ static inline bool rel_snap_read(const char *db, rel_snap *s, char *why, size_t 
          rel_row_iv, 0},
         {"SELECT account, sum(qty) FROM usage_points GROUP BY 1", rel_row_pt, 0},
     };
-    tally_ledger *l = NULL;
     memset(s, 0, sizeof *s);
-    if (tally_ledger_open(db, &l, why, cap) != TALLY_OK)
-        return false;
     tally_err e = tally_ledger_exec(l, "BEGIN");
     for (size_t i = 0; e == TALLY_OK && i < sizeof q / sizeof *q; i++) {
         void *ctx = q[i].fn == rel_row_long ? (void *)((char *)s + q[i].field) : (void *)s;
         e = tally_ledger_query(l, q[i].sql, NULL, 0, q[i].fn, ctx);
     }
     if (e != TALLY_OK)
-        snprintf(why, cap, "reading %s: %s (%s)", db, tally_err_str(e), tally_ledger_errmsg(l));
+        snprintf(why, cap, "reading the ledger: %s (%s)", tally_err_str(e), tally_ledger_errmsg(l));
     if (tally_ledger_exec(l, "COMMIT") != TALLY_OK && e == TALLY_OK)
         e = TALLY_DB;
-    tally_ledger_close(l);
     return e == TALLY_OK;
+}
+
+/* The same, opening the ledger at db. */
+static inline bool rel_snap_read(const char *db, rel_snap *s, char *why, size_t cap)
+{
+    tally_ledger *l = NULL;
+    memset(s, 0, sizeof *s);
+    if (tally_ledger_open(db, &l, why, cap) != TALLY_OK)
+        return false;
+    bool ok = rel_snap_read_ledger(l, s, why, cap);
+    tally_ledger_close(l);
+    return ok;
 }
 
 /* Holds a snapshot to the model; prev (if not NULL) holds the offsets seen
