@@ -6,6 +6,7 @@
  * then the shard database, a new owner row (epoch = the newest + 1), the
  * fence on this connection, and the rate cards. Release order: the owner
  * row's release stamp, the database closed, the lock dropped last. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,10 @@
 #include "shard_lock.h"
 #include "tally/shard.h"
 
-#define OWNER_MAX 160
+#define OWNER_MAX       160
+#define CACHE_KIB_SHARD 16384 /* page cache per held shard (main.db keeps 64 MiB) */
+#define CACHE_KIB_MIN   1024
+#define CACHE_KIB_MAX   (16LL << 20)
 
 /* Owner rows: one per acquisition. The fence fills in the write columns. */
 static const char shard_ddl[] =
@@ -271,16 +275,34 @@ static tally_err shard_path(const tally_shard *sh, const char *suffix, char *out
     return n > 0 && (size_t)n < cap ? TALLY_OK : TALLY_INVAL;
 }
 
+/* The page cache of one held shard: $TALLY_SHARD_CACHE_KIB, else 16 MiB, so
+ * a meter holding many partitions stays bounded (64 shards: 1 GiB at most). */
+static int64_t shard_cache_kib(void)
+{
+    const char *s = getenv("TALLY_SHARD_CACHE_KIB");
+    if (!s || !*s)
+        return CACHE_KIB_SHARD;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < CACHE_KIB_MIN || v > CACHE_KIB_MAX)
+        return CACHE_KIB_SHARD;
+    return v;
+}
+
 /* Everything after the lock: database, owner row, fence, cards. */
 static tally_err open_locked(tally_shard *sh, char *why, size_t cap)
 {
-    char path[4096], note[512];
+    char path[4096], note[512], cache[64];
     tally_err e = shard_path(sh, SHARD_DB_SUFFIX, path, sizeof path);
     if (!e)
         e = tally_ledger_open(path, &sh->l, why, cap);
     if (e)
         return e;
-    e = tally_ledger_exec(sh->l, shard_ddl);
+    snprintf(cache, sizeof cache, "PRAGMA cache_size=-%lld", (long long)shard_cache_kib());
+    e = tally_ledger_exec(sh->l, cache);
+    if (!e)
+        e = tally_ledger_exec(sh->l, shard_ddl);
     if (!e)
         e = new_epoch(sh);
     if (!e)
