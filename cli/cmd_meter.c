@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "tally/meter.h"
@@ -98,17 +99,21 @@ static int parse_opts(cli_ctx *ctx, int argc, char **argv, tally_consumer_opts *
     if (!rc && a.session &&
         !(rc = cli_parse_int(ctx, "--session-timeout-ms", a.session, 1000, 3600000, &v)))
         o->session_timeout_ms = v;
-    if (!rc && a.ledger_dir) /* checked to be a directory once open */
+    struct stat sb;
+    if (!rc && a.ledger_dir && (stat(a.ledger_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        rc = cli_error(ctx, CLI_USAGE, "--ledger-dir %s: not a directory (mkdir it, then init)",
+                       a.ledger_dir);
+    if (!rc && a.ledger_dir)
         ctx->db_path = a.ledger_dir;
     return rc;
 }
 
 /* In a ledger directory, the shards the member writes. */
-static int open_shards(cli_ctx *ctx, tally_ledger *l, bool need_dir, tally_shard_set **out)
+static int open_shards(cli_ctx *ctx, tally_ledger *l, tally_shard_set **out)
 {
     *out = NULL;
     if (!tally_ledger_is_dir(l))
-        return need_dir ? cli_error(ctx, CLI_USAGE, "%s is not a directory", ctx->db_path) : CLI_OK;
+        return CLI_OK;
     if (tally_shard_set_create(l, NULL, out) != TALLY_OK)
         return cli_error(ctx, CLI_FAIL, "out of memory");
     return CLI_OK;
@@ -121,7 +126,6 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
         return CLI_OK;
     }
     tally_consumer_opts o = {0};
-    const char *db_before = ctx->db_path;
     int rc = parse_opts(ctx, argc, argv, &o);
     if (rc)
         return rc;
@@ -129,7 +133,7 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
     tally_shard_set *shards = NULL;
     if ((rc = cli_open_ledger(ctx, &l)))
         return rc;
-    if ((rc = open_shards(ctx, l, ctx->db_path != db_before, &shards)))
+    if ((rc = open_shards(ctx, l, &shards)))
         goto out_ledger;
     o.shards = shards;
     struct sigaction sa = {.sa_handler = on_signal};
