@@ -189,14 +189,14 @@ static int64_t local_midnight(const tz_saved *s, int y, int m, int d)
     return local_to_utc(s, days_from_civil(y, m, d) * 86400);
 }
 
-tally_err tally_period_bounds(const char *period, const char *timezone, int64_t *start_s,
+tally_err tally_period_bounds(const char *period, const char *tz_name, int64_t *start_s,
                               int64_t *end_s)
 {
     int y, m;
     if (inv_period_parse(period, &y, &m) != TALLY_OK)
         return TALLY_INVAL;
     tz_saved s;
-    tally_err e = tz_enter(timezone ? timezone : "UTC", &s);
+    tally_err e = tz_enter(tz_name ? tz_name : "UTC", &s);
     if (e)
         return e;
     *start_s = local_midnight(&s, y, m, 1);

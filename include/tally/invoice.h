@@ -93,7 +93,7 @@ TALLY_MUST_CHECK tally_err tally_balance_report(tally_ledger *l, const char *acc
 
 /* The UTC bounds [start, end) of period "YYYY-MM" in an IANA time zone.
  * Errors: TALLY_INVAL. */
-TALLY_MUST_CHECK tally_err tally_period_bounds(const char *period, const char *timezone,
+TALLY_MUST_CHECK tally_err tally_period_bounds(const char *period, const char *tz_name,
                                                int64_t *start_s, int64_t *end_s);
 
 #endif
