@@ -150,8 +150,13 @@ void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 void group_resync(tally_consumer *c)
 {
     pipeline_drop_fill(c);
-    if (c->in_rebalance || c->closing)
-        return; /* the partitions are being let go anyway */
+    if (c->in_rebalance || c->closing) {
+        /* The partitions are being let go anyway; their chains ran ahead of
+         * the ledger, so none of them is committed to Kafka on the way. */
+        for (int32_t i = 0; i < c->n_parts; i++)
+            c->parts[i].kafka_hold = true;
+        return;
+    }
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(c->n_parts);
     for (int32_t i = 0; i < c->n_parts; i++)
         if (c->parts[i].assigned)
