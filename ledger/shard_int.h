@@ -42,6 +42,7 @@ typedef enum ledger_usage_slot {
 typedef struct shard_src {
     char name[SHARD_NAME_MAX]; /* "main" or "shard-<topic>-<partition>" */
     bool is_main;
+    bool ready;  /* its tables exist (a meter may have just created the file) */
     sqlite3 *db; /* main: the ledger's own (borrowed); shard: read-only, opened on first use */
     sqlite3_stmt *st[LEDGER_USAGE_SLOTS];
     sqlite3_stmt *st_seq; /* its meta.usage_seq */
@@ -104,9 +105,13 @@ tally_err ledger_usage_snapshot(tally_ledger *l, int64_t *id);
  * ledger_sqlite_err does. */
 tally_err ledger_stmt_err(tally_ledger *l, sqlite3_stmt *st, int rc);
 
-/* The source's connection, opening a shard on first use. Errors: those of
- * shard_open_reader. */
+/* The source's connection, opening a shard on first use; *db is NULL (and
+ * the result TALLY_OK) while the shard has no tables yet, which callers take
+ * as an empty shard. Errors: those of shard_open_reader, TALLY_DB. */
 tally_err shard_src_db(tally_ledger *l, shard_src *src, sqlite3 **db);
+/* Records "<source>: <its SQLite message>" in l->errmsg and maps rc as
+ * ledger_sqlite_err does. */
+tally_err shard_src_err(tally_ledger *l, const shard_src *src, int rc);
 /* Adds the shards created since the last look, in name order.
  * Errors: TALLY_IO, TALLY_NOMEM. */
 tally_err shard_discover(tally_ledger *l);

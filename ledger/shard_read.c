@@ -123,8 +123,17 @@ static tally_err src_add(struct ledger_shards *s, const char *name, bool is_main
     return TALLY_OK;
 }
 
+tally_err shard_src_err(tally_ledger *l, const shard_src *src, int rc)
+{
+    tally_err e = ledger_stmt_err(l, NULL, rc); /* the code; the message is the source's */
+    snprintf(l->errmsg, sizeof l->errmsg, "%.80s: %.160s", src->name,
+             src->db ? sqlite3_errmsg(src->db) : "not open");
+    return e;
+}
+
 tally_err shard_src_db(tally_ledger *l, shard_src *src, sqlite3 **db)
 {
+    *db = NULL;
     if (!src->db) {
         char path[4096];
         int n = snprintf(path, sizeof path, "%s/%s" SHARD_DB_SUFFIX, l->shards->dir, src->name);
@@ -132,6 +141,18 @@ tally_err shard_src_db(tally_ledger *l, shard_src *src, sqlite3 **db)
             return TALLY_INVAL;
         tally_err e = shard_open_reader(path, &src->db, l->errmsg, sizeof l->errmsg);
         if (e)
+            return e;
+    }
+    if (!src->ready) { /* a meter may have created the file and not its tables yet */
+        sqlite3_stmt *st;
+        int rc = sqlite3_prepare_v2(src->db, "PRAGMA user_version", -1, &st, NULL);
+        if (rc != SQLITE_OK)
+            return shard_src_err(l, src, rc);
+        rc = sqlite3_step(st);
+        src->ready = rc == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0;
+        tally_err e = rc == SQLITE_ROW ? TALLY_OK : ledger_stmt_err(l, st, rc);
+        sqlite3_finalize(st);
+        if (e || !src->ready)
             return e;
     }
     *db = src->db;
@@ -238,7 +259,7 @@ static tally_err map_src(tally_ledger *l, uint32_t i, bool *added)
     sqlite3 *db;
     sqlite3_stmt *st;
     tally_err e = shard_src_db(l, src, &db);
-    if (e)
+    if (e || !db) /* !db: no tables yet, so no accounts */
         return e;
     int rc =
         sqlite3_prepare_v2(db, "SELECT rowid, id FROM accounts WHERE rowid > ?1", -1, &st, NULL);
@@ -301,10 +322,11 @@ static tally_err unseen_accounts(tally_ledger *l, shard_src *src, new_account **
     sqlite3_stmt *st = NULL;
     int64_t mark = 0;
     size_t cap = 0;
+    *n = 0;
     tally_err e = shard_src_db(l, src, &db);
-    if (!e)
+    if (!e && db)
         e = ledger_prepare(l, "SELECT accounts_rowid FROM shard_sources WHERE name = ?1", &st);
-    if (e)
+    if (e || !db)
         return e;
     sqlite3_bind_text(st, 1, src->name, -1, SQLITE_STATIC);
     if (sqlite3_step(st) == SQLITE_ROW)
@@ -315,7 +337,7 @@ static tally_err unseen_accounts(tally_ledger *l, shard_src *src, new_account **
                                 "FROM accounts WHERE rowid > ?1 ORDER BY rowid",
                                 -1, &st, NULL);
     if (rc != SQLITE_OK)
-        return ledger_stmt_err(l, NULL, rc);
+        return shard_src_err(l, src, rc);
     sqlite3_bind_int64(st, 1, mark);
     *n = 0;
     *last = mark;
@@ -501,11 +523,14 @@ static const char seq_sql[] = "SELECT value FROM meta WHERE key = 'usage_seq'";
 static tally_err src_seq(tally_ledger *l, shard_src *src, int64_t *seq)
 {
     sqlite3 *db;
+    *seq = 0;
     tally_err e = shard_src_db(l, src, &db);
-    if (!e && !src->st_seq) {
+    if (e || !db)
+        return e;
+    if (!src->st_seq) {
         int rc = sqlite3_prepare_v3(db, seq_sql, -1, SQLITE_PREPARE_PERSISTENT, &src->st_seq, NULL);
         if (rc != SQLITE_OK)
-            e = ledger_stmt_err(l, NULL, rc);
+            e = shard_src_err(l, src, rc);
     }
     if (e)
         return e;
@@ -646,7 +671,9 @@ static tally_err each_src(tally_ledger *l, size_t i, ledger_usage_slot slot, con
     shard_src *src = &l->shards->src[i];
     sqlite3 *db;
     tally_err e = shard_src_db(l, src, &db);
-    if (!e && !src->st[slot]) {
+    if (e || !db) /* !db: no tables yet, so no usage */
+        return e;
+    if (!src->st[slot]) {
         int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &src->st[slot], NULL);
         if (rc != SQLITE_OK) {
             snprintf(l->errmsg, sizeof l->errmsg, "%.80s: %.160s", src->name, sqlite3_errmsg(db));

@@ -34,12 +34,12 @@ tally_err ledger_shards_offset(tally_ledger *l, const char *topic, int32_t parti
     if (e || !src)
         return e;
     e = shard_src_db(l, src, &db);
-    if (e)
+    if (e || !db)
         return e;
     int rc = sqlite3_prepare_v2(
         db, "SELECT next_offset FROM offsets WHERE topic = ?1 AND partition = ?2", -1, &st, NULL);
     if (rc != SQLITE_OK)
-        return ledger_stmt_err(l, NULL, rc);
+        return shard_src_err(l, src, rc);
     sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, partition);
     rc = sqlite3_step(st);
@@ -67,11 +67,11 @@ static tally_err add_counts(tally_ledger *l, shard_src *src, tally_ledger_counts
     sqlite3 *db;
     sqlite3_stmt *st;
     tally_err e = shard_src_db(l, src, &db);
-    if (e)
+    if (e || !db)
         return e;
     int rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta", -1, &st, NULL);
     if (rc != SQLITE_OK)
-        return ledger_stmt_err(l, NULL, rc);
+        return shard_src_err(l, src, rc);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(st, 0);
         for (size_t i = 0; key && i < sizeof fields / sizeof *fields; i++)

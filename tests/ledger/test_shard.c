@@ -628,6 +628,27 @@ static void test_dir_edges(void **state)
     assert_int_equal(tally_ledger_open(path, &l, why, sizeof why), TALLY_INVAL);
     assert_null(l);
     assert_non_null(strstr(why, "is a directory"));
+
+    /* A shard file a meter has just created, with no tables yet, reads as
+     * an empty shard. */
+    snprintf(path, sizeof path, "%s/e", base);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/e/shard-usage-5.db", base);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/e", base);
+    assert_int_equal(tally_ledger_open(path, &l, why, sizeof why), TALLY_OK);
+    load_card(l);
+    int64_t next = 0;
+    tally_ledger_counts counts;
+    assert_int_equal(tally_ledger_offset_get(l, TOPIC, 5, &next), TALLY_OK);
+    assert_int_equal(next, -1);
+    assert_int_equal(tally_ledger_counts_get(l, &counts), TALLY_OK);
+    assert_int_equal(counts.dedupe_keys, 0);
+    tally_invoice_run_opts o = {.period = "2026-03"};
+    assert_int_equal(tally_invoice_run(l, &o, why, sizeof why), TALLY_OK);
+    tally_ledger_close(l);
 }
 
 int main(void)
