@@ -43,18 +43,38 @@ static int check_args(cli_ctx *ctx, const grant_args *a, tally_grant_spec *g)
     return CLI_OK;
 }
 
-/* The account's currency, creating the account if it is new. */
-static int account_currency(cli_ctx *ctx, tally_ledger *l, const char *account, const char *wanted,
-                            tally_account *a)
+static tally_err first_col(void *ctx, int ncols, const char *const *cols)
 {
-    tally_err e = tally_ledger_account_get(l, account, a);
-    if (e == TALLY_NOT_FOUND) {
-        e = tally_ledger_account_set(l, account, wanted, NULL, NULL);
-        if (e == TALLY_OK)
-            e = tally_ledger_account_get(l, account, a);
+    if (ncols > 0 && cols[0])
+        snprintf(ctx, 4, "%s", cols[0]);
+    return TALLY_OK;
+}
+
+/* The currency the grant is in: --currency, else the account's, else the one
+ * a new account would get (the newest rate card's). Writes nothing: a grant
+ * that fails validation leaves the ledger unchanged. */
+static int grant_currency(cli_ctx *ctx, tally_ledger *l, const char *account, const char *wanted,
+                          char out[4])
+{
+    tally_account a;
+    out[0] = '\0';
+    if (wanted) {
+        snprintf(out, 4, "%s", wanted);
+        return CLI_OK;
     }
+    tally_err e = tally_ledger_account_get(l, account, &a);
+    if (e == TALLY_OK) {
+        snprintf(out, 4, "%s", a.currency);
+        return CLI_OK;
+    }
+    if (e == TALLY_NOT_FOUND)
+        e = tally_ledger_query(
+            l, "SELECT currency FROM ratecards ORDER BY effective_from DESC LIMIT 1", NULL, 0,
+            first_col, out);
     if (e)
         return cli_error(ctx, CLI_FAIL, "account %s: %s", account, tally_err_str(e));
+    if (!out[0])
+        return cli_error(ctx, CLI_USAGE, "no rate card loaded: give --currency or run tally init");
     return CLI_OK;
 }
 
@@ -85,10 +105,10 @@ int cmd_credit(cli_ctx *ctx, int argc, char **argv)
     tally_ledger *l = NULL;
     if ((rc = cli_open_ledger(ctx, &l)))
         return rc;
-    tally_account acct;
-    if ((rc = account_currency(ctx, l, pos[1], a.currency, &acct)))
+    char code[4];
+    if ((rc = grant_currency(ctx, l, pos[1], a.currency, code)))
         goto out;
-    const tally_currency *cur = tally_currency_find(a.currency ? a.currency : acct.currency);
+    const tally_currency *cur = tally_currency_find(code);
     const char *why = NULL;
     if (!cur ||
         tally_amount_parse(pos[2], strlen(pos[2]), cur->minor_digits, false, &g.amount_minor,
