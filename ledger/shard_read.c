@@ -635,6 +635,12 @@ static tally_err snapshot_dir(tally_ledger *l, int64_t *id)
         return TALLY_NOMEM;
     for (size_t i = 0; !e && i < n; i++)
         e = src_seq(l, &s->src[i], &seqs[i]);
+    /* After the seqs: usage a shard holds up to its seq here was committed
+     * with its account row, so the index now names every shard the gather
+     * must read for it (an account's first usage in a shard may have landed
+     * since the run began). */
+    if (!e)
+        e = map_refresh(l);
     if (!e)
         e = one_value(l, "SELECT coalesce(max(id), 0) FROM shard_snapshots", &latest);
     if (!e && latest > 0)
