@@ -20,9 +20,12 @@
 typedef struct tally_ledger tally_ledger;
 
 /* Opens (creating if needed) the ledger at path and applies any missing
- * migrations from schemas/. On error *out is NULL and, if why is not NULL,
+ * migrations from schemas/. An existing directory opens as a ledger
+ * directory: its main.db plus one shard per Kafka partition
+ * (include/tally/shard.h). On error *out is NULL and, if why is not NULL,
  * a one-line reason is written there.
- * Errors: TALLY_DB, TALLY_IO, TALLY_NOMEM, TALLY_UNSUPPORTED (newer schema). */
+ * Errors: TALLY_DB, TALLY_IO, TALLY_NOMEM, TALLY_UNSUPPORTED (newer schema),
+ * TALLY_INVAL (a directory whose main.db is not a file). */
 TALLY_MUST_CHECK tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why,
                                              size_t cap);
 /* Closes the connection; accepts NULL. */
@@ -150,11 +153,13 @@ size_t tally_batch_count(const tally_batch *b);
 TALLY_MUST_CHECK tally_err tally_batch_commit(tally_batch *b, tally_batch_stats *st,
                                               tally_event_result *results);
 
-/* The stored next offset of a partition, or -1 if none. Errors: TALLY_DB. */
+/* The stored next offset of a partition, or -1 if none (in a ledger
+ * directory, the partition's shard's). Errors: TALLY_DB, TALLY_IO. */
 TALLY_MUST_CHECK tally_err tally_ledger_offset_get(tally_ledger *l, const char *topic,
                                                    int32_t partition, int64_t *next);
 
-/* Totals over the whole ledger, for progress lines and tests. */
+/* Totals over the whole ledger (in a ledger directory, main.db's plus every
+ * shard's), for progress lines and tests. */
 typedef struct tally_ledger_counts {
     int64_t dedupe_keys, quarantined, intervals, points;
 } tally_ledger_counts;

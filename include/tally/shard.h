@@ -78,7 +78,8 @@ TALLY_MUST_CHECK tally_err tally_shard_set_create(tally_ledger *main, const char
 /* Releases every shard still held, then frees s; accepts NULL. */
 void tally_shard_set_destroy(tally_shard_set *s);
 
-/* Takes the shard of (topic, partition): the lock (retrying every 50 ms for
+/* Takes the shard of (topic, partition), on one thread at a time (it uses
+ * main.db's connection): the lock (retrying every 50 ms for
  * up to wait_ms; 0: one try), then the shard database (created if new), a new
  * owner row and the fence, and the rate cards of main.db. If this set holds
  * the shard already, *out is that shard. topic must be a Kafka topic name
@@ -115,7 +116,8 @@ void tally_shard_batch_drop(tally_shard *sh);
 
 /* Copies rate cards loaded into main.db since the last copy (a cheap check
  * when there are none), so the next commit prices events as main.db would.
- * Errors: TALLY_DB, TALLY_BUSY. */
+ * It uses the set's main.db connection: call it from one thread at a time,
+ * while nothing else uses main. Errors: TALLY_DB, TALLY_BUSY. */
 TALLY_MUST_CHECK tally_err tally_shard_prepare(tally_shard *sh);
 
 /* The epoch of the shard's current owner row (1, 2, ...). */
