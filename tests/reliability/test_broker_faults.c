@@ -7,10 +7,12 @@
  *
  * Every ~100 ms the ledger is read in one snapshot and held to the stream
  * model (rel_model.h): what it holds is exactly what its offsets say, and
- * no stored offset ever moves back. No meter may exit on its own. At the
- * end a meter drains the topic; totals must be exact and the invoices equal
- * those of a clean `tally ingest` of the same events. REL_ROUNDS and
- * REL_EVENTS scale it (tests/long/broker_faults.sh). */
+ * no stored offset ever moves back. No meter may exit on its own. When the
+ * faults end, the same meters must catch up within 45 s (how much they
+ * store while the faults last varies with how the rebalances fall, so it
+ * is reported, not asserted); then totals must be exact and the invoices
+ * equal those of a clean `tally ingest` of the same events. REL_ROUNDS
+ * and REL_EVENTS scale it (tests/long/broker_faults.sh). */
 #include "rel_check.h"
 #include "rel_invoice.h"
 #include "rel_proc.h"
@@ -18,11 +20,12 @@
 #define METERS 3
 
 typedef struct faults {
-    char dir[512], db[600], ref[600], logs[METERS][640], drain_log[640], why[1024];
+    char dir[512], db[600], ref[600], logs[METERS][640], why[1024];
     rel_broker b;
     rd_kafka_t *prod;
     rel_stream st;
-    long produced, samples, advances, kills, terms;
+    long produced, samples, advances, kills, terms, under_faults, produced_under_faults;
+    int64_t catchup_ms;
     int64_t prev[REL_MAX_PARTS];
     pid_t meters[METERS];
 } faults;
@@ -135,15 +138,23 @@ static void finish(faults *t)
 {
     broker_cmds(t, "clear Fetch\nclear OffsetCommit\nclear JoinGroup\nclear SyncGroup\n"
                    "clear Heartbeat\nup 1\nup 2\nup 3\nrtt 1 0\nrtt 2 0\nrtt 3 0");
+    produce_upto(t, t->st.n);
+    /* Liveness: once the faults and replacements stop, the same three
+     * meters settle and catch up (a rebalance storm must not outlast them). */
+    int64_t start = rel_ms();
+    while (consumed(t) < t->st.n) {
+        if (rel_ms() - start > 45000)
+            fail_msg("45 s after the faults ended the meters had stored %ld of %ld messages "
+                     "(see %s/meter-*.log)",
+                     consumed(t), t->st.n, t->dir);
+        watch(t, 300);
+    }
+    t->catchup_ms = rel_ms() - start;
     for (int i = 0; i < METERS; i++) {
-        assert_int_equal(rel_stop(t->meters[i], SIGTERM, 15000), 0);
+        if (rel_stop(t->meters[i], SIGTERM, 20000) != 0)
+            fail_msg("a meter did not stop cleanly on SIGTERM (see %s)", t->logs[i]);
         t->meters[i] = 0;
     }
-    produce_upto(t, t->st.n);
-    const char *extra[] = {"--until-idle", "2", NULL};
-    snprintf(t->drain_log, sizeof t->drain_log, "%s/meter-drain.log", t->dir);
-    pid_t last = rel_meter(t->db, &t->b, "faults", t->drain_log, extra);
-    assert_int_equal(rel_wait(last, 120000), 0);
     watch(t, 0);
     assert_int_equal(consumed(t), t->st.n);
     rel_assert_sound(t->db, NULL);
@@ -158,9 +169,12 @@ static void finish(faults *t)
     snprintf(key, sizeof key, "%s/inv-faulted/sign.key", t->dir);
     rel_assert_sound(t->db, key);
     printf("broker faults: %zu fault steps, %ld SIGTERM + %ld SIGKILL rebalances, %ld samples "
-           "(%ld with progress), offsets never went back, %ld messages exact, %ld invoices equal "
-           "to the reference (%lld.%02lld due)\n",
-           SCHEDULE_LEN, t->terms, t->kills, t->samples, t->advances, t->st.n, invoices,
+           "(%ld with progress), offsets never went back; %ld of %ld messages produced "
+           "under faults stored while they lasted, the rest %lld ms after they ended; %ld messages "
+           "exact, %ld invoices equal to "
+           "the reference (%lld.%02lld due)\n",
+           SCHEDULE_LEN, t->terms, t->kills, t->samples, t->advances, t->under_faults,
+           t->produced_under_faults, (long long)t->catchup_ms, t->st.n, invoices,
            (long long)(due / 100), (long long)(due % 100));
 }
 
@@ -201,10 +215,8 @@ static void test_broker_faults(void **state)
         printf("round %ld (%s): %ld of %ld produced messages in the ledger\n", r, what,
                consumed(&t), t.produced);
     }
-    /* The faults phase must have done real work, not left it all to the drain. */
-    if (consumed(&t) < t.produced / 3)
-        fail_msg("the meters stored only %ld of %ld messages under faults", consumed(&t),
-                 t.produced);
+    t.under_faults = consumed(&t);
+    t.produced_under_faults = t.produced;
     finish(&t);
     rd_kafka_destroy(t.prod);
     rel_broker_stop(&t.b);
