@@ -20,190 +20,25 @@
 #include "testutil.h"
 #include "tally/event.h"
 
-#define E2E_MAX_CHILDREN 16
+#include "proc.h"
+
+/* Child processes and the broker come from tests/util/proc.h; these are
+ * their names in the meter tests. */
 #define E2E_UNUSED       __attribute__((unused))
-
-/* ---- Children ---------------------------------------------------------------- */
-
-static pid_t e2e_children[E2E_MAX_CHILDREN];
-
-static E2E_UNUSED int64_t e2e_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static E2E_UNUSED void e2e_sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static E2E_UNUSED void e2e_track(pid_t pid)
-{
-    for (int i = 0; i < E2E_MAX_CHILDREN; i++)
-        if (e2e_children[i] == 0) {
-            e2e_children[i] = pid;
-            return;
-        }
-    kill(pid, SIGKILL);
-    fail_msg("too many child processes");
-}
-
-static E2E_UNUSED void e2e_untrack(pid_t pid)
-{
-    for (int i = 0; i < E2E_MAX_CHILDREN; i++)
-        if (e2e_children[i] == pid)
-            e2e_children[i] = 0;
-}
-
-/* Waits up to ms for pid; returns its exit status, 128+signal, or -1 if it
- * is still running. */
-static E2E_UNUSED int e2e_wait(pid_t pid, int64_t ms)
-{
-    int64_t until = e2e_ms() + ms;
-    for (;;) {
-        int st = 0;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) {
-            e2e_untrack(pid);
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        }
-        if (r < 0) {
-            e2e_untrack(pid);
-            return -2;
-        }
-        if (e2e_ms() >= until)
-            return -1;
-        e2e_sleep_ms(20);
-    }
-}
-
-/* Sends sig, then SIGKILL after grace_ms; returns what e2e_wait returns. */
-static E2E_UNUSED int e2e_stop(pid_t pid, int sig, int64_t grace_ms)
-{
-    if (pid <= 0)
-        return -2;
-    kill(pid, sig);
-    int rc = e2e_wait(pid, grace_ms);
-    if (rc == -1) {
-        kill(pid, SIGKILL);
-        rc = e2e_wait(pid, 5000);
-    }
-    return rc;
-}
-
-/* Kills and reaps every child still running (test teardown). */
-static E2E_UNUSED int e2e_teardown(void **state)
-{
-    (void)state;
-    for (int i = 0; i < E2E_MAX_CHILDREN; i++)
-        if (e2e_children[i] > 0)
-            (void)e2e_stop(e2e_children[i], SIGKILL, 2000);
-    return 0;
-}
-
-/* Starts argv with stdout and stderr appended to log (if not NULL), and,
- * if in_fd/out_fd are not NULL, pipes to its stdin and from its stdout. */
-static E2E_UNUSED pid_t e2e_spawn(const char *const *argv, const char *log, int *in_fd, int *out_fd)
-{
-    int in[2] = {-1, -1}, out[2] = {-1, -1};
-    if ((in_fd && pipe(in) != 0) || (out_fd && pipe(out) != 0))
-        fail_msg("pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0)
-        fail_msg("fork: %s", strerror(errno));
-    if (pid == 0) {
-        int fd = log ? open(log, O_WRONLY | O_CREAT | O_APPEND, 0644) : open("/dev/null", O_WRONLY);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        dup2(in_fd ? in[0] : open("/dev/null", O_RDONLY), 0);
-        if (out_fd)
-            dup2(out[1], 1);
-        for (int i = 3; i < 64; i++)
-            close(i);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    e2e_track(pid);
-    if (in_fd) {
-        close(in[0]);
-        *in_fd = in[1];
-    }
-    if (out_fd) {
-        close(out[1]);
-        *out_fd = out[0];
-    }
-    return pid;
-}
-
-/* Reads one line from fd within ms (without reading past it). */
-static E2E_UNUSED bool e2e_read_line(int fd, char *buf, size_t cap, int64_t ms)
-{
-    size_t n = 0;
-    int64_t until = e2e_ms() + ms;
-    while (n + 1 < cap) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(until - e2e_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            return false;
-        ssize_t r = read(fd, buf + n, 1);
-        if (r <= 0)
-            return false;
-        if (buf[n] == '\n') {
-            buf[n] = '\0';
-            return true;
-        }
-        n++;
-    }
-    return false;
-}
-
-/* ---- The broker --------------------------------------------------------------- */
-
-typedef struct e2e_broker {
-    pid_t pid;
-    int ctl, out; /* its stdin and stdout */
-    char bootstrap[256];
-} e2e_broker;
-
-static E2E_UNUSED void e2e_broker_start(e2e_broker *b, int partitions, const char *log)
-{
-    char parts[16];
-    snprintf(parts, sizeof parts, "%d", partitions);
-    const char *argv[] = {TALLY_BINARY, "broker", "--partitions", parts, NULL};
-    b->pid = e2e_spawn(argv, log, &b->ctl, &b->out);
-    if (!e2e_read_line(b->out, b->bootstrap, sizeof b->bootstrap, 20000))
-        fail_msg("the broker printed no bootstrap address");
-    assert_non_null(strstr(b->bootstrap, "127.0.0.1:"));
-}
-
-/* Sends one fault-injection command and expects "ok". */
-static E2E_UNUSED void e2e_broker_ctl(e2e_broker *b, const char *cmd)
-{
-    char line[256];
-    size_t len = strlen(cmd);
-    if (write(b->ctl, cmd, len) != (ssize_t)len || write(b->ctl, "\n", 1) != 1)
-        fail_msg("cannot write to the broker");
-    if (!e2e_read_line(b->out, line, sizeof line, 10000))
-        fail_msg("the broker did not answer '%s'", cmd);
-    if (strcmp(line, "ok") != 0)
-        fail_msg("broker: '%s' -> '%s'", cmd, line);
-}
-
-static E2E_UNUSED void e2e_broker_stop(e2e_broker *b)
-{
-    if (b->pid <= 0)
-        return;
-    close(b->ctl);
-    close(b->out);
-    assert_int_equal(e2e_stop(b->pid, SIGTERM, 10000), 0);
-    b->pid = 0;
-}
+#define E2E_MAX_CHILDREN TU_MAX_CHILDREN
+#define e2e_ms           tu_ms
+#define e2e_sleep_ms     tu_sleep_ms
+#define e2e_track        tu_track
+#define e2e_untrack      tu_untrack
+#define e2e_wait         tu_wait
+#define e2e_stop         tu_stop
+#define e2e_teardown     tu_proc_teardown
+#define e2e_spawn        tu_spawn
+#define e2e_read_line    tu_read_line
+#define e2e_broker_start tu_broker_start
+#define e2e_broker_ctl   tu_broker_ctl
+#define e2e_broker_stop  tu_broker_stop
+typedef tu_broker e2e_broker;
 
 /* ---- Producing with kcat -------------------------------------------------------- */
 
