@@ -2,7 +2,7 @@
  *
  * It holds configuration (accounts, rate cards, spot prices, commitments,
  * credit grants), usage aggregates, the dedupe index, quarantine, Kafka
- * offsets, invoices and double-entry postings. Only this module links
+ * offsets, invoices and debit/credit postings. Only this module links
  * SQLite. A tally_ledger is one connection: use it from one thread at a time.
  * Several processes may open the same file; SQLite serialises their writes. */
 #ifndef TALLY_LEDGER_H

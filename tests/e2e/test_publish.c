@@ -24,137 +24,29 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc.h"
 #include "testutil.h"
 #include "tally/outbox.h"
 #include "tally/publish.h"
 
-#define MAX_CHILDREN 8
-#define DATA_MARK    ",\"datacontenttype\":\"application/json\",\"data\":"
+#define DATA_MARK ",\"datacontenttype\":\"application/json\",\"data\":"
 
-static pid_t children[MAX_CHILDREN];
 static char dir[512], db[600], key[600], logpath[600];
 
-/* ---- Child processes, always reaped --------------------------------------------- */
+/* ---- Child processes, always reaped (tests/util/proc.h) ----------------------------- */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static void track(pid_t pid, bool add)
-{
-    for (int i = 0; i < MAX_CHILDREN; i++)
-        if (children[i] == (add ? 0 : pid)) {
-            children[i] = add ? pid : 0;
-            return;
-        }
-    if (add) {
-        kill(pid, SIGKILL);
-        fail_msg("too many child processes");
-    }
-}
-
-/* The exit status within ms, 128+signal, or -1 while it still runs. */
-static int wait_pid(pid_t pid, int64_t ms)
-{
-    int64_t until = now_ms() + ms;
-    for (;;) {
-        int st = 0;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid || r < 0) {
-            track(pid, false);
-            return r < 0 ? -2 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        }
-        if (now_ms() >= until)
-            return -1;
-        sleep_ms(20);
-    }
-}
-
-static int stop_pid(pid_t pid, int sig, int64_t grace_ms)
-{
-    kill(pid, sig);
-    int rc = wait_pid(pid, grace_ms);
-    if (rc == -1) {
-        kill(pid, SIGKILL);
-        rc = wait_pid(pid, 5000);
-    }
-    return rc;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    for (int i = 0; i < MAX_CHILDREN; i++)
-        if (children[i] > 0)
-            (void)stop_pid(children[i], SIGKILL, 2000);
-    return 0;
-}
+#define now_ms    tu_ms
+#define sleep_ms  tu_sleep_ms
+#define wait_pid  tu_wait
+#define stop_pid  tu_stop
+#define teardown  tu_proc_teardown
+#define read_line tu_read_line
 
 /* Starts argv with stdout and stderr appended to logpath; with in_fd/out_fd,
  * pipes to its stdin and from its stdout. */
 static pid_t spawn(const char *const *argv, int *in_fd, int *out_fd)
 {
-    int in[2] = {-1, -1}, out[2] = {-1, -1};
-    if ((in_fd && pipe(in) != 0) || (out_fd && pipe(out) != 0))
-        fail_msg("pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0)
-        fail_msg("fork: %s", strerror(errno));
-    if (pid == 0) {
-        int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        dup2(in_fd ? in[0] : open("/dev/null", O_RDONLY), 0);
-        if (out_fd)
-            dup2(out[1], 1);
-        for (int i = 3; i < 256; i++)
-            close(i);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    track(pid, true);
-    if (in_fd) {
-        close(in[0]);
-        *in_fd = in[1];
-    }
-    if (out_fd) {
-        close(out[1]);
-        *out_fd = out[0];
-    }
-    return pid;
-}
-
-/* One line from fd within ms, read byte by byte so nothing after it is lost. */
-static bool read_line(int fd, char *buf, size_t cap, int64_t ms)
-{
-    size_t n = 0;
-    int64_t until = now_ms() + ms;
-    while (n + 1 < cap) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(until - now_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            return false;
-        char c;
-        if (read(fd, &c, 1) != 1)
-            return false;
-        if (c == '\n')
-            break;
-        buf[n++] = c;
-    }
-    buf[n] = '\0';
-    return true;
+    return tu_spawn(argv, logpath, in_fd, out_fd);
 }
 
 /* ---- The broker -------------------------------------------------------------------- */
