@@ -60,6 +60,8 @@ static const struct {
 static void produce_upto(faults *t, long upto)
 {
     char key[32];
+    if (rel_wait(t->b.pid, 0) != -1)
+        fail_msg("the embedded broker died (see %s/broker.log)", t->dir);
     for (; t->produced < upto && t->produced < t->st.n; t->produced++) {
         rel_msg *m = &t->st.m[t->produced];
         snprintf(key, sizeof key, "acct-%02d", m->acct);
@@ -104,6 +106,8 @@ static void watch(faults *t, int64_t ms)
         memcpy(t->prev, s.next, sizeof t->prev);
         rel_snap_free(&s);
         t->samples++;
+        if (rel_wait(t->b.pid, 0) != -1)
+            fail_msg("the embedded broker died (see %s/broker.log)", t->dir);
         for (int i = 0; i < METERS; i++)
             if (t->meters[i] > 0 && rel_wait(t->meters[i], 0) != -1)
                 fail_msg("a meter exited on its own during the faults (see %s/meter-*.log)",
