@@ -45,8 +45,16 @@ static inline bool jd_jsonc_lenient(const json_scan *s)
         strcmp(e, "lone surrogate in \\u escape") == 0 ||
         strcmp(e, "digit expected after '.' in number") == 0)
         return true;
-    if (strcmp(e, "digit expected after '-'") == 0) /* json-c takes "-.5" */
-        return s->err_at < (size_t)(s->end - s->start) && s->start[s->err_at] == '.';
+    /* json-c takes NaN, Infinity and -Infinity even in strict mode; RFC 8259
+     * has no such values, so Tally refuses them (bad_json). */
+    size_t left =
+        s->err_at < (size_t)(s->end - s->start) ? (size_t)(s->end - s->start) - s->err_at : 0;
+    const char *at = s->start + s->err_at;
+    bool non_finite = (left > 0 && (*at == 'N' || *at == 'n' || *at == 'I' || *at == 'i'));
+    if (strcmp(e, "invalid value") == 0 && non_finite)
+        return true;
+    if (strcmp(e, "digit expected after '-'") == 0) /* json-c takes "-.5" and "-Infinity" */
+        return left > 0 && (*at == '.' || non_finite);
     if (strcmp(e, "leading zero in number") != 0)
         return false;
     /* json-c refuses a leading zero only in a non-negative integer with a

@@ -149,7 +149,11 @@ size_t tally_batch_count(const tally_batch *b);
  * (it must have room for tally_batch_count()). The batch is empty afterwards,
  * whether or not it committed.
  * Errors: TALLY_STALE (offset moved: nothing written), TALLY_BUSY, TALLY_DB,
- * TALLY_IO (disk full, I/O error: nothing written). */
+ * TALLY_IO (disk full, I/O error). After TALLY_IO the batch is either stored
+ * whole or not at all, never in part: when the final WAL sync fails after
+ * its frames were written, the batch can still be there after a restart.
+ * The stored offsets say which (tally_ledger_offset_get); retrying from them
+ * is always safe (a batch already stored comes back TALLY_STALE). */
 TALLY_MUST_CHECK tally_err tally_batch_commit(tally_batch *b, tally_batch_stats *st,
                                               tally_event_result *results);
 

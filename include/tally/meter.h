@@ -133,8 +133,9 @@ TALLY_MUST_CHECK tally_err tally_consumer_create(tally_ledger *l, const tally_co
  * signal handler) or, with until_idle_ms, until idle. On return every
  * consumed message is in the ledger (or was never committed there, so the
  * group will deliver it again). progress may be NULL.
- * Errors: TALLY_DB, TALLY_IO (the ledger refused a commit: nothing of that
- * batch was stored), TALLY_KAFKA (a fatal consumer error), TALLY_NOMEM. */
+ * Errors: TALLY_DB, TALLY_IO (the ledger refused a commit: that batch is
+ * stored whole or not at all, as its stored offsets show; a restart resumes
+ * from them), TALLY_KAFKA (a fatal consumer error), TALLY_NOMEM. */
 TALLY_MUST_CHECK tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
                                               tally_consumer_progress_fn progress, void *ctx);
 
