@@ -254,6 +254,12 @@ tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why, siz
 {
     struct stat sb;
     *out = NULL;
+    size_t n = strlen(path);
+    /* "DIR/" asks for a ledger directory: create it rather than a file. */
+    if (n > 1 && path[n - 1] == '/' && mkdir(path, 0755) != 0 && errno != EEXIST) {
+        set_why(why, cap, path, strerror(errno));
+        return TALLY_IO;
+    }
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) /* a ledger directory (shard.h) */
         return ledger_dir_open(path, out, why, cap);
     tally_ledger *l = calloc(1, sizeof *l);

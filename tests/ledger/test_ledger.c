@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "testutil.h"
 #include "../../ledger/ledger_int.h"
@@ -103,6 +104,25 @@ static void test_open_bad_path(void **state)
     assert_int_not_equal(e, TALLY_OK);
     assert_null(l);
     assert_true(why[0] != '\0');
+}
+
+/* "DIR/" names a ledger directory: it is created, never a file called DIR. */
+static void test_open_dir_slash(void **state)
+{
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof path, "%s/ledger/", tu_tmpdir("ledger-slash"));
+    tally_ledger *l = NULL;
+    char why[256] = "";
+    assert_int_equal(tally_ledger_open(path, &l, why, sizeof why), TALLY_OK);
+    tally_ledger_close(l);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    char main_db[700];
+    snprintf(main_db, sizeof main_db, "%smain.db", path);
+    assert_int_equal(stat(main_db, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
 }
 
 static void test_now(void **state)
@@ -535,6 +555,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_twice),
         cmocka_unit_test(test_open_bad_path),
+        cmocka_unit_test(test_open_dir_slash),
         cmocka_unit_test(test_now),
         cmocka_unit_test(test_accounts),
         cmocka_unit_test(test_ratecard_load),
