@@ -56,7 +56,7 @@ static void print_help(void)
            "  --until-idle SECONDS    exit once caught up and idle that long\n"
            "  --batch-events N        commit every N messages (default 10000)\n"
            "  --batch-ms MS           ... or MS after a batch's first message (default 100)\n"
-           "  --session-timeout-ms MS group session timeout (default 10000)\n"
+           "  --session-timeout-ms MS group session timeout, 3000 or more (default 10000)\n"
            "  --no-pipeline           decode and commit on one thread\n"
            "  --ledger-dir DIR        write into the ledger directory DIR (as --db DIR):\n"
            "                          each partition into DIR/shard-<topic>-<partition>.db\n"
@@ -97,7 +97,7 @@ static int parse_opts(cli_ctx *ctx, int argc, char **argv, tally_consumer_opts *
     if (!rc && a.batch_ms && !(rc = cli_parse_int(ctx, "--batch-ms", a.batch_ms, 1, 60000, &v)))
         o->batch_ms = v;
     if (!rc && a.session &&
-        !(rc = cli_parse_int(ctx, "--session-timeout-ms", a.session, 1000, 3600000, &v)))
+        !(rc = cli_parse_int(ctx, "--session-timeout-ms", a.session, 3000, 3600000, &v)))
         o->session_timeout_ms = v;
     struct stat sb;
     if (!rc && a.ledger_dir && (stat(a.ledger_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))

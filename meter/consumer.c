@@ -133,7 +133,7 @@ static tally_err check_opts(tally_consumer *c, const tally_consumer_opts *o, cha
     if (!c->o.session_timeout_ms)
         c->o.session_timeout_ms = DEFAULT_SESSION_MS;
     if (c->o.batch_events < 1 || c->o.batch_events > MAX_BATCH_EVENTS || c->o.batch_ms < 1 ||
-        c->o.until_idle_ms < 0 || c->o.session_timeout_ms < 1000) {
+        c->o.until_idle_ms < 0 || c->o.session_timeout_ms < 3000) {
         snprintf(why, cap, "batch size, batch time, idle time or session timeout out of range");
         return TALLY_INVAL;
     }

@@ -92,7 +92,8 @@ typedef struct tally_consumer_opts {
                                    arrived for this long; 0: run until stopped */
     int64_t batch_events;       /* commit after this many messages; 0: 10,000 */
     int64_t batch_ms;           /* ... or this long after a batch's first; 0: 100 */
-    int64_t session_timeout_ms; /* group session timeout; 0: 10,000 */
+    int64_t session_timeout_ms; /* group session timeout, >= 3,000 (shorter ones never
+                                   settle a group); 0: 10,000 */
     bool no_pipeline;           /* decode and commit on one thread (default: two) */
     /* NULL: every partition is written into the ledger given to
      * tally_consumer_create. Else (a ledger directory) each partition is

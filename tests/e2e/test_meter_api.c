@@ -114,6 +114,7 @@ static void test_consumer_options(void **state)
         {.brokers = "127.0.0.1:1", .topic = "usage", .batch_ms = -5},
         {.brokers = "127.0.0.1:1", .topic = "usage", .until_idle_ms = -1},
         {.brokers = "127.0.0.1:1", .topic = "usage", .session_timeout_ms = 10},
+        {.brokers = "127.0.0.1:1", .topic = "usage", .session_timeout_ms = 2999},
         {.brokers = "127.0.0.1:1", .topic = "usage", .group = ""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
