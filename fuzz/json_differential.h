@@ -53,6 +53,9 @@ static inline bool jd_jsonc_lenient(const json_scan *s)
     bool non_finite = (left > 0 && (*at == 'N' || *at == 'n' || *at == 'I' || *at == 'i'));
     if (strcmp(e, "invalid value") == 0 && non_finite)
         return true;
+    /* json-c also takes single-quoted strings and keys ('id'). */
+    if (left > 0 && *at == '\'')
+        return true;
     if (strcmp(e, "digit expected after '-'") == 0) /* json-c takes "-.5" and "-Infinity" */
         return left > 0 && (*at == '.' || non_finite);
     if (strcmp(e, "leading zero in number") != 0)
