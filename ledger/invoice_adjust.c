@@ -51,33 +51,13 @@ static tally_err push_line(tally_line **v, size_t *n, size_t *cap, const tally_l
     return TALLY_OK;
 }
 
-static void col_text(sqlite3_stmt *st, int col, char *dst, size_t cap)
-{
-    const char *s = (const char *)sqlite3_column_text(st, col);
-    snprintf(dst, cap, "%s", s ? s : "");
-}
-
 /* One stored line, as the kind it bills (adjustments as what they adjust). */
 static tally_err row_line(sqlite3_stmt *st, tally_line *ln)
 {
-    memset(ln, 0, sizeof *ln);
-    const char *kind = (const char *)sqlite3_column_text(st, 0);
-    const char *adjusts = (const char *)sqlite3_column_text(st, 9);
-    if (tally_line_kind_from_name(kind, &ln->kind) != TALLY_OK)
-        return TALLY_DB;
-    if (ln->kind == TALLY_LINE_ADJUSTMENT &&
-        tally_line_kind_from_name(adjusts, &ln->kind) != TALLY_OK)
-        return TALLY_DB;
-    ln->meter = (tally_meter)sqlite3_column_int(st, 1);
-    ln->pricing = (tally_pricing)sqlite3_column_int(st, 2);
-    ln->migration = sqlite3_column_int(st, 3) != 0;
-    col_text(st, 4, ln->sku, sizeof ln->sku);
-    col_text(st, 5, ln->dim2, sizeof ln->dim2);
-    if (inv_i128_parse((const char *)sqlite3_column_text(st, 6), &ln->quantity) != TALLY_OK)
-        return TALLY_DB;
-    ln->unit_price_nano = sqlite3_column_int64(st, 7);
-    ln->amount_minor = sqlite3_column_int64(st, 8);
-    return TALLY_OK;
+    tally_err e = inv_line_from_row(st, ln);
+    if (!e && ln->kind == TALLY_LINE_ADJUSTMENT)
+        ln->kind = ln->adjusts;
+    return e;
 }
 
 static tally_err load_billed(inv_gatherer *g, const char *account, int64_t seq, const char *period,
@@ -205,8 +185,8 @@ static tally_err load_history(inv_gatherer *g, const char *account, const char *
         }
         past *h = &(*out)[(*n)++];
         h->seq = sqlite3_column_int64(st, 0);
-        col_text(st, 1, h->period, sizeof h->period);
-        col_text(st, 2, h->timezone, sizeof h->timezone);
+        inv_col_text(st, 1, h->period, sizeof h->period);
+        inv_col_text(st, 2, h->timezone, sizeof h->timezone);
         h->billed_to = sqlite3_column_int64(st, 3);
     }
     if (!e && rc != SQLITE_DONE)

@@ -82,11 +82,10 @@ static const char *const queries[INV_Q_COUNT] = {
      * for other periods excluded) and adjustment lines naming it ?3 on later
      * live invoices of the account ?2, each as the kind it adjusts. */
     [INV_Q_BILLED] =
-        "SELECT kind, meter, pricing, migration, sku, dim2, quantity, unit_price_nano, "
-        "amount_minor, adjusts FROM invoice_lines WHERE invoice_seq = ?1 "
+        "SELECT " INV_LINE_COLS " FROM invoice_lines WHERE invoice_seq = ?1 "
         "AND kind != 'adjustment' UNION ALL "
         "SELECT x.kind, x.meter, x.pricing, x.migration, x.sku, x.dim2, x.quantity, "
-        "x.unit_price_nano, x.amount_minor, x.adjusts FROM invoice_lines x "
+        "x.unit_price_nano, x.amount_minor, x.adjusts, x.original_period FROM invoice_lines x "
         "JOIN invoices j ON j.seq = x.invoice_seq WHERE j.account = ?2 "
         "AND +j.doc_type = 'invoice' AND j.seq > ?1 AND x.original_period = ?3 AND " LIVE_J,
 };
@@ -162,17 +161,6 @@ static tally_err grow(void **arr, size_t n, size_t *cap, size_t size)
     return TALLY_OK;
 }
 
-static void text(sqlite3_stmt *st, int col, char *dst, size_t cap)
-{
-    const unsigned char *s = sqlite3_column_text(st, col);
-    size_t n = s ? strlen((const char *)s) : 0;
-    if (n >= cap)
-        n = cap - 1;
-    if (n)
-        memcpy(dst, s, n);
-    dst[n] = '\0';
-}
-
 /* Binds account, window [lo, hi) and currency to st (query q). */
 static tally_err bind(inv_gatherer *g, sqlite3_stmt *st, int q, const char *account, int64_t lo,
                       int64_t hi, const char *currency)
@@ -209,8 +197,8 @@ static tally_err read_intervals(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
         iv->meter = (tally_meter)sqlite3_column_int(st, 0);
         iv->pricing = (tally_pricing)sqlite3_column_int(st, 1);
         iv->migration = sqlite3_column_int(st, 2) != 0;
-        text(st, 3, iv->resource, sizeof iv->resource);
-        text(st, 4, iv->dim, sizeof iv->dim);
+        inv_col_text(st, 3, iv->resource, sizeof iv->resource);
+        inv_col_text(st, 4, iv->dim, sizeof iv->dim);
         iv->weight = sqlite3_column_int64(st, 5);
         iv->start_s = sqlite3_column_int64(st, 6);
         iv->end_s = sqlite3_column_int64(st, 7);
@@ -231,8 +219,8 @@ static tally_err read_points(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
         tally_point *p = &x->points[x->n_points++];
         memset(p, 0, sizeof *p);
         p->meter = (tally_meter)sqlite3_column_int(st, 0);
-        text(st, 1, p->dim, sizeof p->dim);
-        text(st, 2, p->dim2, sizeof p->dim2);
+        inv_col_text(st, 1, p->dim, sizeof p->dim);
+        inv_col_text(st, 2, p->dim2, sizeof p->dim2);
         p->t_s = sqlite3_column_int64(st, 3);
         p->qty = sqlite3_column_int64(st, 4);
         x->n_in_window++;
@@ -253,7 +241,7 @@ static tally_err read_commitments(inv_gatherer *g, inv_input *x)
         tally_commitment *c = &x->commitments[x->n_commitments++];
         memset(c, 0, sizeof *c);
         c->id = sqlite3_column_int64(st, 0);
-        text(st, 1, c->sku, sizeof c->sku);
+        inv_col_text(st, 1, c->sku, sizeof c->sku);
         c->cards = sqlite3_column_int64(st, 2);
         c->from_s = sqlite3_column_int64(st, 3);
         c->to_s = sqlite3_column_int64(st, 4);

@@ -141,6 +141,20 @@ tally_err inv_doc_csv(const char *doc, size_t len, tally_buf *out);
  * Errors: TALLY_PARSE, TALLY_OVERFLOW. */
 tally_err inv_i128_parse(const char *s, __int128 *out);
 
+/* Copies a text column into dst (cap bytes, truncated), "" for NULL. */
+void inv_col_text(sqlite3_stmt *st, int col, char *dst, size_t cap);
+
+/* The columns to SELECT from invoice_lines for inv_line_from_row, in order. */
+#define INV_LINE_COLS                                                                              \
+    "kind, meter, pricing, migration, sku, dim2, quantity, unit_price_nano, amount_minor, "        \
+    "adjusts, original_period"
+
+/* Decodes one stored invoice line from columns 0..10 of st, selected as
+ * INV_LINE_COLS, exactly as stored (an adjustment keeps kind ADJUSTMENT and
+ * the kind it adjusts in `adjusts`). Errors: TALLY_DB (a field does not
+ * parse: the stored line is damaged). */
+tally_err inv_line_from_row(sqlite3_stmt *st, tally_line *ln);
+
 /* Appends money (minor units) as a JSON string in major units. */
 tally_err inv_json_money(tally_buf *b, int64_t minor, int digits);
 /* Appends a UTC time as a JSON string "YYYY-MM-DDTHH:MM:SSZ". */

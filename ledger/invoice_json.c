@@ -396,3 +396,35 @@ out_root:
     json_object_put(root);
     return e;
 }
+
+void inv_col_text(sqlite3_stmt *st, int col, char *dst, size_t cap)
+{
+    const unsigned char *s = sqlite3_column_text(st, col);
+    size_t n = s ? (size_t)sqlite3_column_bytes(st, col) : 0;
+    if (n >= cap)
+        n = cap - 1;
+    if (n)
+        memcpy(dst, s, n);
+    dst[n] = '\0';
+}
+
+tally_err inv_line_from_row(sqlite3_stmt *st, tally_line *ln)
+{
+    memset(ln, 0, sizeof *ln);
+    if (tally_line_kind_from_name((const char *)sqlite3_column_text(st, 0), &ln->kind) ||
+        inv_i128_parse((const char *)sqlite3_column_text(st, 6), &ln->quantity))
+        return TALLY_DB;
+    ln->adjusts = ln->kind;
+    if (ln->kind == TALLY_LINE_ADJUSTMENT &&
+        tally_line_kind_from_name((const char *)sqlite3_column_text(st, 9), &ln->adjusts))
+        return TALLY_DB;
+    ln->meter = (tally_meter)sqlite3_column_int(st, 1);
+    ln->pricing = (tally_pricing)sqlite3_column_int(st, 2);
+    ln->migration = sqlite3_column_int(st, 3) != 0;
+    inv_col_text(st, 4, ln->sku, sizeof ln->sku);
+    inv_col_text(st, 5, ln->dim2, sizeof ln->dim2);
+    ln->unit_price_nano = sqlite3_column_int64(st, 7);
+    ln->amount_minor = sqlite3_column_int64(st, 8);
+    inv_col_text(st, 10, ln->original_period, sizeof ln->original_period);
+    return TALLY_OK;
+}

@@ -34,12 +34,6 @@ typedef struct voided {
     size_t n_credits;
 } voided;
 
-static void text(sqlite3_stmt *st, int col, char *dst, size_t cap)
-{
-    const char *s = (const char *)sqlite3_column_text(st, col);
-    snprintf(dst, cap, "%s", s ? s : "");
-}
-
 /* The period as the invoice's document states it. */
 static tally_err doc_period(const void *doc, int len, voided *v)
 {
@@ -90,9 +84,9 @@ static tally_err load_invoice(tally_ledger *l, const char *id, voided *v)
     if (!e) {
         v->seq = sqlite3_column_int64(st, 0);
         snprintf(v->id, sizeof v->id, "%s", id);
-        text(st, 2, v->account, sizeof v->account);
-        text(st, 3, v->period, sizeof v->period);
-        text(st, 4, v->currency, sizeof v->currency);
+        inv_col_text(st, 2, v->account, sizeof v->account);
+        inv_col_text(st, 3, v->period, sizeof v->period);
+        inv_col_text(st, 4, v->currency, sizeof v->currency);
         v->subtotal_minor = -sqlite3_column_int64(st, 5);
         v->credits_minor = -sqlite3_column_int64(st, 6);
         v->amount_due_minor = -sqlite3_column_int64(st, 7);
@@ -108,12 +102,10 @@ static tally_err load_invoice(tally_ledger *l, const char *id, voided *v)
 static tally_err load_lines(tally_ledger *l, voided *v)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
-        l,
-        "SELECT kind, meter, pricing, migration, sku, dim2, quantity, unit_price_nano, "
-        "amount_minor, original_period, adjusts, count(*) OVER () FROM invoice_lines "
-        "WHERE invoice_seq = ?1 ORDER BY line_no",
-        &st);
+    tally_err e = ledger_prepare(l,
+                                 "SELECT " INV_LINE_COLS ", count(*) OVER () FROM invoice_lines "
+                                 "WHERE invoice_seq = ?1 ORDER BY line_no",
+                                 &st);
     if (e)
         return e;
     sqlite3_bind_int64(st, 1, v->seq);
@@ -126,25 +118,15 @@ static tally_err load_lines(tally_ledger *l, voided *v)
                 break;
             }
         }
-        tally_line *ln = &v->lines[v->n_lines++];
-        const char *adjusts = (const char *)sqlite3_column_text(st, 10);
-        if (tally_line_kind_from_name((const char *)sqlite3_column_text(st, 0), &ln->kind) ||
-            inv_i128_parse((const char *)sqlite3_column_text(st, 6), &ln->quantity) ||
-            (ln->kind == TALLY_LINE_ADJUSTMENT &&
-             tally_line_kind_from_name(adjusts, &ln->adjusts))) {
+        tally_line *ln = &v->lines[v->n_lines];
+        if (inv_line_from_row(st, ln)) {
             snprintf(l->errmsg, sizeof l->errmsg, "a stored line of %s does not parse", v->id);
             e = TALLY_DB;
             break;
         }
-        ln->meter = (tally_meter)sqlite3_column_int(st, 1);
-        ln->pricing = (tally_pricing)sqlite3_column_int(st, 2);
-        ln->migration = sqlite3_column_int(st, 3) != 0;
-        text(st, 4, ln->sku, sizeof ln->sku);
-        text(st, 5, ln->dim2, sizeof ln->dim2);
-        text(st, 9, ln->original_period, sizeof ln->original_period);
+        v->n_lines++;
         ln->quantity = -ln->quantity;
-        ln->unit_price_nano = sqlite3_column_int64(st, 7);
-        ln->amount_minor = -sqlite3_column_int64(st, 8);
+        ln->amount_minor = -ln->amount_minor;
     }
     if (!e && rc != SQLITE_DONE)
         e = ledger_sqlite_err(l, rc);
@@ -175,8 +157,13 @@ static tally_err load_credits(tally_ledger *l, voided *v)
         }
         tally_credit_use *u = &v->credits[v->n_credits++];
         u->grant_id = sqlite3_column_int64(st, 0);
-        if (tally_grant_kind_from_name((const char *)sqlite3_column_text(st, 1), &u->kind))
-            u->kind = TALLY_GRANT_GOODWILL;
+        if (tally_grant_kind_from_name((const char *)sqlite3_column_text(st, 1), &u->kind)) {
+            /* Never relabel: the credit note must restore exactly what was used. */
+            snprintf(l->errmsg, sizeof l->errmsg, "grant %lld of %s has an unknown kind",
+                     (long long)u->grant_id, v->id);
+            e = TALLY_DB;
+            break;
+        }
         u->line_index = (size_t)(sqlite3_column_int64(st, 2) - 1);
         u->amount_minor = -sqlite3_column_int64(st, 3);
     }
@@ -207,7 +194,7 @@ static tally_err reverse_entry(tally_ledger *l, const voided *v, const char *cn_
             e = TALLY_NOMEM;
             break;
         }
-        text(st, 0, p[n].acct, sizeof p[n].acct);
+        inv_col_text(st, 0, p[n].acct, sizeof p[n].acct);
         p[n++].amount_minor = sqlite3_column_int64(st, 1);
     }
     if (!e && rc != SQLITE_DONE)

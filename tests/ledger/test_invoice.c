@@ -521,6 +521,43 @@ static void test_void(void **state)
 
 /* Adjustments billed for a period that is later voided and invoiced afresh
  * are taken back on the fresh invoice: nothing is billed twice. */
+/* A void restores exactly what the invoice used: a credit use whose grant
+ * no longer reads back (a damaged row) stops the void rather than being
+ * restored under another kind, and nothing is written. */
+static void test_void_refuses_damaged_grant(void **state)
+{
+    (void)state;
+    fx f;
+    seen v;
+    fx_open(&f, "inv-void-damaged");
+    tally_grant_spec g = {.account = "acme",
+                          .kind = TALLY_GRANT_TRIAL,
+                          .amount_minor = 1000,
+                          .priority = 10,
+                          .effective_s = 1772323200, /* 2026-03-01 */
+                          .expires_s = TALLY_TIME_MAX};
+    int64_t gid = 0;
+    accel(&f, "acme", "2026-03-10T00:00:00Z", "tpu-v4-64", "on_demand", 1, 3600);
+    assert_int_equal(tally_ledger_grant_add(f.l, &g, &gid, NULL, 0), TALLY_OK);
+    run_ok(&f, "2026-03", true, &v);
+    assert_int_equal(v.s[0].credits_minor, 190);
+    assert_int_equal(tally_ledger_exec(f.l, "DROP TRIGGER IF EXISTS grants_no_update; "
+                                            "UPDATE grants SET kind = 'bogus'"),
+                     TALLY_OK);
+    char cn[64] = "";
+    assert_int_equal(tally_invoice_void(f.l, "INV-2026-000001", "x", f.key, cn, sizeof cn),
+                     TALLY_DB);
+    assert_non_null(strstr(tally_ledger_errmsg(f.l), "unknown kind"));
+    assert_int_equal(count(&f, "SELECT count(*) FROM invoices WHERE doc_type = 'credit_note'"), 0);
+    /* Undo the damage so the fixture's closing verify sees a sound ledger. */
+    assert_int_equal(tally_ledger_exec(f.l, "UPDATE grants SET kind = 'trial'; "
+                                            "CREATE TRIGGER grants_no_update BEFORE UPDATE ON "
+                                            "grants\nBEGIN SELECT RAISE(ABORT, 'grants are "
+                                            "immutable'); END;"),
+                     TALLY_OK);
+    fx_close(&f);
+}
+
 static void test_void_after_adjustment(void **state)
 {
     (void)state;
@@ -695,6 +732,7 @@ int main(void)
         cmocka_unit_test(test_hash_chain),
         cmocka_unit_test(test_late_event),
         cmocka_unit_test(test_void),
+        cmocka_unit_test(test_void_refuses_damaged_grant),
         cmocka_unit_test(test_void_after_adjustment),
         cmocka_unit_test(test_usage_report),
         cmocka_unit_test(test_files_and_formats),
