@@ -241,6 +241,17 @@ static size_t distinct_ids(const msgs *s, size_t *repeats)
     return distinct;
 }
 
+/* Reads the whole invoices topic: exactly n events, each id once. */
+static void assert_announced_once(const char *addr, size_t n)
+{
+    msgs s;
+    consume(addr, &s);
+    size_t repeats;
+    assert_int_equal(distinct_ids(&s, &repeats), n);
+    assert_int_equal(repeats, 0);
+    msgs_release(&s);
+}
+
 static const msg *find(const msgs *s, const char *id)
 {
     for (size_t i = 0; i < s->n; i++)
@@ -429,12 +440,7 @@ static void test_broker_down_then_up(void **state)
     outbox_counts(&pending, &sent);
     assert_int_equal(pending, 0);
     assert_int_equal(sent, 5);
-    msgs s;
-    consume(b.addr, &s);
-    size_t repeats;
-    assert_int_equal(distinct_ids(&s, &repeats), 5);
-    assert_int_equal(repeats, 0);
-    msgs_release(&s);
+    assert_announced_once(b.addr, 5);
     broker_stop(&b);
 }
 
@@ -472,12 +478,7 @@ static void test_broker_not_listening_yet(void **state)
     assert_int_equal(wait_pid(pid, 60000), 0);
     outbox_counts(&pending, &sent);
     assert_int_equal(pending, 0);
-    msgs s;
-    consume(b.addr, &s);
-    size_t repeats;
-    assert_int_equal(distinct_ids(&s, &repeats), 5);
-    assert_int_equal(repeats, 0);
-    msgs_release(&s);
+    assert_announced_once(b.addr, 5);
     broker_stop(&b);
 }
 
@@ -519,12 +520,7 @@ static void test_sigterm(void **state)
     assert_int_equal(tu_read_file(logpath, &log), 0);
     assert_non_null(strstr(log.data, "published=5 pending=0"));
     tally_buf_release(&log);
-    msgs s;
-    consume(b.addr, &s);
-    size_t repeats;
-    assert_int_equal(distinct_ids(&s, &repeats), 5);
-    assert_int_equal(repeats, 0);
-    msgs_release(&s);
+    assert_announced_once(b.addr, 5);
     broker_stop(&b);
 }
 
@@ -555,12 +551,7 @@ static void test_drain(void **state)
     assert_int_equal(tally_publish_drain(l, b.addr, NULL, 0, &n), TALLY_INVAL);
     assert_int_equal(tally_publish_drain(l, b.addr, "bad topic", 1000, &n), TALLY_INVAL);
     tally_ledger_close(l);
-    msgs s;
-    consume(b.addr, &s);
-    size_t repeats;
-    assert_int_equal(distinct_ids(&s, &repeats), 3);
-    assert_int_equal(repeats, 0);
-    msgs_release(&s);
+    assert_announced_once(b.addr, 3);
     broker_stop(&b);
 }
 
