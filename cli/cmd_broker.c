@@ -2,7 +2,7 @@
  *
  * Prints the bootstrap address as the first line of stdout, then serves
  * until SIGINT or SIGTERM (exit 0). Each line read from stdin is a
- * fault-injection command (tally_broker_control in include/tally/meter.h),
+ * fault-injection command (tally_broker_control in kafka/include/tally/broker.h),
  * answered on stdout with "ok" or "error: <why>"; end of input only stops
  * the reading. */
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "tally/meter.h"
+#include "tally/broker.h"
 
 static volatile sig_atomic_t stop_flag;
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for the rate card loader (ledger_card_parse in
+/* libFuzzer target for the rate card loader (tally_card_parse in
  * ledger/ratecard.c).
  *
  * Any bytes must either parse into a card that holds together, or be
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ledger/ledger_int.h"
+#include "tally/document.h"
 #include "tally/money.h"
 
 #define FUZZ_MAX 65536
@@ -32,7 +32,7 @@ static bool name_ok(const char *s, size_t cap)
     return n > 0 && n < cap;
 }
 
-static void check_skus(const ledger_card *c)
+static void check_skus(const tally_card *c)
 {
     const tally_ratecard *card = &c->card;
     check(card->n_skus > 0 && card->skus == c->skus);
@@ -50,7 +50,7 @@ static void check_skus(const ledger_card *c)
     }
 }
 
-static void check_spot(const ledger_card *c)
+static void check_spot(const tally_card *c)
 {
     for (size_t k = 0; k < c->n_spot; k++) {
         const tally_spot_point *p = &c->spot[k];
@@ -79,7 +79,7 @@ static void check_dims(const tally_dim_price *d, size_t n, tally_meter m,
     }
 }
 
-static void check_card(const ledger_card *c)
+static void check_card(const tally_card *c)
 {
     const tally_ratecard *card = &c->card;
     check(name_ok(card->id, sizeof card->id));
@@ -101,11 +101,11 @@ static bool same_array(const void *a, const void *b, size_t n, size_t size)
 }
 
 /* Parsing is a function of the bytes: a second parse gives an equal card. */
-static void check_again(const uint8_t *data, size_t size, const ledger_card *first)
+static void check_again(const uint8_t *data, size_t size, const tally_card *first)
 {
-    ledger_card again;
+    tally_card again;
     char why[256] = "";
-    check(ledger_card_parse((const char *)data, size, &again, why, sizeof why) == TALLY_OK);
+    check(tally_card_parse((const char *)data, size, &again, why, sizeof why) == TALLY_OK);
     const tally_ratecard *x = &first->card, *y = &again.card;
     check(strcmp(x->id, y->id) == 0 && strcmp(x->currency, y->currency) == 0);
     check(x->effective_from_s == y->effective_from_s && x->n_skus == y->n_skus);
@@ -116,16 +116,16 @@ static void check_again(const uint8_t *data, size_t size, const ledger_card *fir
     check(same_array(first->traffic, again.traffic, x->n_traffic, sizeof *first->traffic));
     check(same_array(first->tokens, again.tokens, x->n_tokens, sizeof *first->tokens));
     check(same_array(first->spot, again.spot, first->n_spot, sizeof *first->spot));
-    ledger_card_release(&again);
+    tally_card_release(&again);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    ledger_card c;
+    tally_card c;
     char why[256] = "";
     if (size > FUZZ_MAX)
         return 0;
-    tally_err e = ledger_card_parse((const char *)data, size, &c, why, sizeof why);
+    tally_err e = tally_card_parse((const char *)data, size, &c, why, sizeof why);
     if (e != TALLY_OK) {
         check(e == TALLY_PARSE && why[0] != '\0' && strnlen(why, sizeof why) < sizeof why);
         check(c.skus == NULL && c.spot == NULL && c.storage == NULL && c.card.n_skus == 0);
@@ -133,6 +133,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     check_card(&c);
     check_again(data, size, &c);
-    ledger_card_release(&c);
+    tally_card_release(&c);
     return 0;
 }

@@ -5,24 +5,16 @@
 
 #include <sqlite3.h>
 
+#include "tally/document.h"
 #include "tally/ledger.h"
 #include "tally/rating.h"
-
-/* A parsed rate card with the arrays it owns. */
-typedef struct ledger_card {
-    tally_ratecard card; /* points into the arrays below */
-    tally_sku_price *skus;
-    tally_dim_price *storage, *traffic, *tokens;
-    tally_spot_point *spot; /* the card's own spot points */
-    size_t n_spot;
-} ledger_card;
 
 struct tally_ledger {
     sqlite3 *db;
     char *path;
     /* Rate cards, parsed once and reloaded when the ratecards table changes
      * (ledger_cards() checks a cheap counter). Sorted by effective_from. */
-    ledger_card *cards;
+    tally_card *cards;
     const tally_ratecard **card_ptrs;
     size_t n_cards;
     int64_t cards_version;
@@ -36,10 +28,6 @@ struct tally_ledger {
  * loads a card. Errors: TALLY_DB, TALLY_PARSE (a stored card no longer parses). */
 tally_err ledger_cards(tally_ledger *l, const tally_ratecard *const **cards, size_t *n);
 
-/* Parses a rate card's JSON into *out (arrays allocated; free with
- * ledger_card_release). Errors: TALLY_PARSE with why filled. */
-tally_err ledger_card_parse(const char *json, size_t len, ledger_card *out, char *why, size_t cap);
-void ledger_card_release(ledger_card *c);
 /* Drops the cached cards (the next ledger_cards() reloads them). */
 void ledger_cards_clear(tally_ledger *l);
 

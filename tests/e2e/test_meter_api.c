@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "tally/broker.h"
 #include "tally/meter.h"
 
 static void test_broker_options(void **state)

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "rel_check.h"
-#include "tally/faultvfs.h"
+#include "faultvfs.h"
 #include "tally/ingest.h"
 
 #define PARTS    2

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tally/shard.h"
+#include "tally/partition.h"
 
 #define MURMUR2_SEED 0x9747b28cu
 #define MURMUR2_M    0x5bd1e995u

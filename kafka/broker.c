@@ -10,7 +10,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "broker_int.h"
-#include "tally/meter.h"
+#include "tally/broker.h"
 
 #define DEFAULT_BROKERS    3
 #define DEFAULT_TOPIC      "usage"

@@ -15,7 +15,7 @@
 
 #include <sqlite3.h>
 
-#include "tally/faultvfs.h"
+#include "faultvfs.h"
 
 #define SECTOR 512
 

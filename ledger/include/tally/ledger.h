@@ -184,4 +184,16 @@ TALLY_MUST_CHECK tally_err tally_ledger_query(tally_ledger *l, const char *sql,
  * Errors: TALLY_DB with the message in tally_ledger_errmsg(). */
 TALLY_MUST_CHECK tally_err tally_ledger_exec(tally_ledger *l, const char *sql);
 
+/* Checks the whole ledger: debits equal credits per currency and per entry;
+ * every balance equals the sum of its postings; invoice and credit note
+ * numbers have no gaps; every stored document hashes to its hash, the chain
+ * links, every signature is valid; the append-only triggers are present;
+ * SQLite's integrity_check is ok. On the first failure writes the bad record
+ * and what is wrong to why; on success why holds a one-line summary. key_path
+ * may hold the private key or only its public key (PEM).
+ * Errors: TALLY_TAMPERED, TALLY_NOT_FOUND (no key file while there are signed
+ * documents), TALLY_CRYPTO (not an Ed25519 key), TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why,
+                                               size_t cap);
+
 #endif

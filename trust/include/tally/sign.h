@@ -1,4 +1,5 @@
-/* Signing keys and ledger verification (OpenSSL EVP, Ed25519, SHA-256). */
+/* Signing keys, signatures and hashes (OpenSSL EVP, Ed25519, SHA-256). No
+ * storage: the ledger calls these to sign and check what it stores. */
 #ifndef TALLY_SIGN_H
 #define TALLY_SIGN_H
 
@@ -7,7 +8,6 @@
 
 #include "tally/buf.h"
 #include "tally/err.h"
-#include "tally/ledger.h"
 
 /* Creates a new Ed25519 private key as PEM at path, mode 0600. Refuses to
  * replace an existing file unless force. Errors: TALLY_EXISTS, TALLY_IO,
@@ -27,17 +27,5 @@ TALLY_MUST_CHECK tally_err tally_sign_hash(const char *key_path, const char hash
  * public key file. Errors: TALLY_TAMPERED (bad signature), TALLY_CRYPTO. */
 TALLY_MUST_CHECK tally_err tally_verify_hash(const char *key_path, const char hash_hex[65],
                                              const char sig_hex[129]);
-
-/* Checks the whole ledger: debits equal credits per currency and per entry;
- * every balance equals the sum of its postings; invoice and credit note
- * numbers have no gaps; every stored document hashes to its hash, the chain
- * links, every signature is valid; the append-only triggers are present;
- * SQLite's integrity_check is ok. On the first failure writes the bad record
- * and what is wrong to why; on success why holds a one-line summary. key_path
- * may hold the private key or only its public key (PEM).
- * Errors: TALLY_TAMPERED, TALLY_NOT_FOUND (no key file while there are signed
- * documents), TALLY_CRYPTO (not an Ed25519 key), TALLY_DB. */
-TALLY_MUST_CHECK tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why,
-                                               size_t cap);
 
 #endif
