@@ -22,6 +22,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "tally/event.h"
+#include "tally/kafka_conf.h"
 #include "tally/shard.h"
 
 typedef struct gen_opts {
@@ -179,22 +180,14 @@ static int produce(gen *g)
 
 static rd_kafka_t *make_producer(const char *brokers)
 {
-    const char *kv[][2] = {{"bootstrap.servers", brokers},
-                           {"linger.ms", "500"},
-                           {"batch.size", "1000000"},
-                           {"batch.num.messages", "100000"},
-                           {"queue.buffering.max.messages", "2000000"},
-                           {"queue.buffering.max.kbytes", "1048576"},
-                           {"message.timeout.ms", "600000"},
-                           {"partitioner", TALLY_KAFKA_PARTITIONER}};
     char err[256];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
-        if (rd_kafka_conf_set(conf, kv[i][0], kv[i][1], err, sizeof err) != RD_KAFKA_CONF_OK) {
-            fprintf(stderr, "bench_produce: %s\n", err);
-            rd_kafka_conf_destroy(conf);
-            return NULL;
-        }
+    rd_kafka_conf_t *conf = NULL;
+    tally_producer_conf_opts co = {
+        .brokers = brokers, .client_id = "tally-bench-produce", .kind = TALLY_PRODUCER_BULK};
+    if (tally_kafka_producer_conf(&co, &conf, err, sizeof err) != TALLY_OK) {
+        fprintf(stderr, "bench_produce: %s\n", err);
+        return NULL;
+    }
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
     if (!rk)
         fprintf(stderr, "bench_produce: %s\n", err);

@@ -7,7 +7,6 @@
  *   5. prints a summary table and where the files are.
  * Everything lands in a fresh output folder. */
 #include <errno.h>
-#include <librdkafka/rdkafka.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include "cli.h"
 #include "demo_stream.h"
 #include "tally/buf.h"
+#include "tally/producer.h"
 #include "tally/publish.h"
 #include "tally/shard.h"
 #include "tally/sign.h"
@@ -114,17 +114,12 @@ static void stop_broker(demo *d)
 
 static tally_err produce_one(void *ctx, const char *key, const char *msg, size_t len)
 {
-    rd_kafka_t *rk = ctx;
+    tally_producer *p = ctx;
     for (;;) {
-        rd_kafka_resp_err_t err =
-            rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("usage"), RD_KAFKA_V_KEY(key, strlen(key)),
-                              RD_KAFKA_V_VALUE((void *)msg, len),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
-        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-            return TALLY_OK;
-        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-            return TALLY_KAFKA;
-        rd_kafka_poll(rk, 50);
+        tally_err e = tally_producer_send(p, "usage", key, strlen(key), msg, len, NULL);
+        if (e != TALLY_BUSY)
+            return e;
+        tally_producer_serve(p, 50);
     }
 }
 
@@ -137,26 +132,18 @@ static tally_err count_and_produce(void *ctx, const char *key, const char *msg, 
 
 static int produce(demo *d)
 {
-    char err[256];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (rd_kafka_conf_set(conf, "bootstrap.servers", d->bootstrap, err, sizeof err) ||
-        rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof err) ||
-        rd_kafka_conf_set(conf, "linger.ms", "20", err, sizeof err) ||
-        /* keyed by account: the partition every Tally producer picks */
-        rd_kafka_conf_set(conf, "partitioner", TALLY_KAFKA_PARTITIONER, err, sizeof err)) {
-        rd_kafka_conf_destroy(conf);
-        return cli_error(d->ctx, CLI_FAIL, "producer config: %s", err);
-    }
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-    if (!rk)
-        return cli_error(d->ctx, CLI_FAIL, "producer: %s", err);
-    void *pair[2] = {rk, &d->produced};
+    char why[256] = "";
+    tally_producer *p = NULL;
+    tally_producer_opts o = {.brokers = d->bootstrap, .client_id = "tally-demo"};
+    if (tally_producer_create(&o, &p, why, sizeof why) != TALLY_OK)
+        return cli_error(d->ctx, CLI_FAIL, "producer: %s", why);
+    void *pair[2] = {p, &d->produced};
     tally_err e = demo_stream(count_and_produce, pair);
-    rd_kafka_resp_err_t ferr = rd_kafka_flush(rk, 30000);
-    rd_kafka_destroy(rk);
-    if (e || ferr)
+    tally_err fe = tally_producer_flush(p, 30000);
+    tally_producer_destroy(p, 0);
+    if (e || fe)
         return cli_error(d->ctx, CLI_FAIL, "producing the fixture stream failed: %s",
-                         e ? tally_err_str(e) : rd_kafka_err2str(ferr));
+                         tally_err_str(e ? e : fe));
     return CLI_OK;
 }
 

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tally/kafka_conf.h"
 #include "tally/outbox.h"
 #include "tally/publish.h"
 
@@ -105,24 +106,15 @@ static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const ch
 
 static tally_err make_producer(tally_publisher *p, char *why, size_t cap)
 {
-    char timeout[24], errstr[256];
-    snprintf(timeout, sizeof timeout, "%lld", (long long)p->o.message_timeout_ms);
-    const char *const kv[][2] = {
-        {"bootstrap.servers", p->brokers}, {"client.id", "tally-publish"},
-        {"enable.idempotence", "true"},    {"acks", "all"},
-        {"message.timeout.ms", timeout},   {"linger.ms", "5"},
-        {"partitioner", "murmur2_random"}, /* the Java client's key hashing */
-        {"reconnect.backoff.ms", "100"},   {"reconnect.backoff.max.ms", "2000"},
-        {"log.connection.close", "false"},
-    };
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
-        if (rd_kafka_conf_set(conf, kv[i][0], kv[i][1], errstr, sizeof errstr) !=
-            RD_KAFKA_CONF_OK) {
-            snprintf(why, cap, "%s=%s: %s", kv[i][0], kv[i][1], errstr);
-            rd_kafka_conf_destroy(conf);
-            return TALLY_INVAL;
-        }
+    char errstr[256];
+    rd_kafka_conf_t *conf = NULL;
+    tally_producer_conf_opts co = {.brokers = p->brokers,
+                                   .client_id = "tally-publish",
+                                   .kind = TALLY_PRODUCER_EXACT,
+                                   .message_timeout_ms = p->o.message_timeout_ms};
+    tally_err e = tally_kafka_producer_conf(&co, &conf, why, cap);
+    if (e)
+        return e;
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_log_cb(conf, quiet_log);

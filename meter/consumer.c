@@ -84,19 +84,13 @@ static tally_err make_consumer(tally_consumer *c, char *why, size_t cap)
 static tally_err make_dlq(tally_consumer *c, char *why, size_t cap)
 {
     char errstr[256];
-    const char *const kv[][2] = {
-        {"bootstrap.servers", c->o.brokers},
-        {"client.id", "tally-meter-dlq"},
-        {"linger.ms", "2"},
-        {"partitioner", TALLY_KAFKA_PARTITIONER}, /* copies keep their key's partition */
-        {"log.connection.close", "false"},
-    };
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    tally_err e = set_conf(conf, kv, sizeof kv / sizeof *kv, why, cap);
-    if (e) {
-        rd_kafka_conf_destroy(conf);
+    rd_kafka_conf_t *conf = NULL;
+    /* Copies keep their key, so they land on their original's partition. */
+    tally_producer_conf_opts co = {
+        .brokers = c->o.brokers, .client_id = "tally-meter-dlq", .kind = TALLY_PRODUCER_COPIES};
+    tally_err e = tally_kafka_producer_conf(&co, &conf, why, cap);
+    if (e)
         return e;
-    }
     dlq_configure(conf, c);
     c->dlq = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
     if (!c->dlq) {

@@ -19,6 +19,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "tally/event.h"
+#include "tally/kafka_conf.h"
 #include "tally/ledger.h"
 #include "tally/meter.h"
 
