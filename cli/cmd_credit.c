@@ -43,34 +43,15 @@ static int check_args(cli_ctx *ctx, const grant_args *a, tally_grant_spec *g)
     return CLI_OK;
 }
 
-static tally_err first_col(void *ctx, int ncols, const char *const *cols)
-{
-    if (ncols > 0 && cols[0])
-        snprintf(ctx, 4, "%s", cols[0]);
-    return TALLY_OK;
-}
-
 /* The currency the grant is in: --currency, else the account's, else the one
  * a new account would get (the newest rate card's). Writes nothing: a grant
  * that fails validation leaves the ledger unchanged. */
 static int grant_currency(cli_ctx *ctx, tally_ledger *l, const char *account, const char *wanted,
                           char out[4])
 {
-    tally_account a;
-    out[0] = '\0';
-    if (wanted) {
-        snprintf(out, 4, "%s", wanted);
-        return CLI_OK;
-    }
-    tally_err e = tally_ledger_account_get(l, account, &a);
-    if (e == TALLY_OK) {
-        snprintf(out, 4, "%s", a.currency);
-        return CLI_OK;
-    }
-    if (e == TALLY_NOT_FOUND)
-        e = tally_ledger_query(
-            l, "SELECT currency FROM ratecards ORDER BY effective_from DESC LIMIT 1", NULL, 0,
-            first_col, out);
+    tally_err e = tally_ledger_currency_for(l, account, wanted, out);
+    if (e == TALLY_UNKNOWN_CURRENCY)
+        return cli_error(ctx, CLI_USAGE, "no rate card loaded: give --currency or run tally init");
     if (e)
         return cli_error(ctx, CLI_FAIL, "account %s: %s", account, tally_err_str(e));
     if (!out[0])

@@ -125,6 +125,23 @@ static tally_err default_currency(tally_ledger *l, const char *fallback, char ou
     return TALLY_OK;
 }
 
+tally_err tally_ledger_currency_for(tally_ledger *l, const char *account, const char *wanted,
+                                   char out[4])
+{
+    out[0] = '\0';
+    if (wanted) {
+        if (strlen(wanted) != 3)
+            return failf(l, TALLY_UNKNOWN_CURRENCY, "unknown currency \"%.16s\"", wanted);
+        snprintf(out, 4, "%s", wanted);
+        return TALLY_OK;
+    }
+    tally_account a;
+    tally_err e = account ? tally_ledger_account_get(l, account, &a) : TALLY_NOT_FOUND;
+    if (e == TALLY_OK)
+        snprintf(out, 4, "%s", a.currency);
+    return e == TALLY_NOT_FOUND ? default_currency(l, NULL, out) : e;
+}
+
 static tally_err account_write(tally_ledger *l, const tally_account *a, bool update)
 {
     sqlite3_stmt *st;

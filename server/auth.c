@@ -28,41 +28,6 @@ void srv_key_hash(const char *key, size_t len, unsigned char out[32])
         memset(out, 0, 32); /* never matches: stored hashes come from EVP_Digest too */
 }
 
-static bool parse_i64(const char *s, int64_t *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno)
-        return false;
-    *out = v;
-    return true;
-}
-
-static void hex_encode(const unsigned char *p, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[p[i] >> 4];
-        out[2 * i + 1] = digits[p[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-static bool hex_decode(const char *s, unsigned char *out, size_t n)
-{
-    if (!s || strlen(s) != 2 * n)
-        return false;
-    for (size_t i = 0; i < 2 * n; i++) {
-        char ch = s[i];
-        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-        if (v < 0)
-            return false;
-        out[i / 2] = (unsigned char)(i % 2 ? (out[i / 2] | v) : v << 4);
-    }
-    return true;
-}
-
 /* ---- The keyring ----------------------------------------------------------- */
 
 void srv_keyring_release(srv_keyring *k)
@@ -71,21 +36,14 @@ void srv_keyring_release(srv_keyring *k)
     *k = (srv_keyring){0};
 }
 
-static tally_err version_row(void *ctx, int ncols, const char *const *cols)
-{
-    return ncols >= 1 && parse_i64(cols[0], ctx) ? TALLY_OK : TALLY_DB;
-}
-
 typedef struct key_list {
     srv_key *v;
     size_t n, alloc;
 } key_list;
 
-static tally_err key_row(void *ctx, int ncols, const char *const *cols)
+static tally_err key_row(void *ctx, const tally_key_row *row)
 {
     key_list *kl = ctx;
-    if (ncols < 4)
-        return TALLY_DB;
     if (kl->n == kl->alloc) {
         size_t alloc = kl->alloc ? 2 * kl->alloc : 16;
         srv_key *v = realloc(kl->v, alloc * sizeof *v);
@@ -94,14 +52,11 @@ static tally_err key_row(void *ctx, int ncols, const char *const *cols)
         kl->v = v;
         kl->alloc = alloc;
     }
-    srv_key *k = &kl->v[kl->n];
-    int64_t admin;
-    if (!parse_i64(cols[0], &k->id) || !hex_decode(cols[1], k->hash, sizeof k->hash) ||
-        !parse_i64(cols[3], &admin))
-        return TALLY_DB;
-    k->admin = admin == 1;
-    snprintf(k->account, sizeof k->account, "%s", cols[2] ? cols[2] : "");
-    kl->n++;
+    srv_key *k = &kl->v[kl->n++];
+    memcpy(k->hash, row->hash, sizeof k->hash);
+    k->id = row->id;
+    k->admin = row->admin;
+    snprintf(k->account, sizeof k->account, "%s", row->account);
     return TALLY_OK;
 }
 
@@ -114,14 +69,11 @@ static int key_cmp(const void *a, const void *b)
 static tally_err keyring_refresh(tally_ledger *l, srv_keyring *k)
 {
     int64_t version = 0;
-    tally_err e = tally_ledger_query(l, "PRAGMA data_version", NULL, 0, version_row, &version);
+    tally_err e = tally_ledger_data_version(l, &version);
     if (e != TALLY_OK || (k->loaded && version == k->data_version))
         return e;
     key_list kl = {0};
-    e = tally_ledger_query(l,
-                           "SELECT id, hex(key_hash), coalesce(account, ''), admin FROM api_keys "
-                           "WHERE revoked_at IS NULL",
-                           NULL, 0, key_row, &kl);
+    e = tally_ledger_keys(l, true, key_row, &kl);
     if (e != TALLY_OK) {
         free(kl.v);
         return e;
@@ -214,11 +166,6 @@ static bool account_ok(const char *a)
     return true;
 }
 
-static tally_err last_id_row(void *ctx, int ncols, const char *const *cols)
-{
-    return ncols >= 1 && parse_i64(cols[0], ctx) ? TALLY_OK : TALLY_DB;
-}
-
 tally_err tally_apikey_create(tally_ledger *l, const char *account, bool admin, char *key,
                               size_t cap, int64_t *id_out)
 {
@@ -232,55 +179,15 @@ tally_err tally_apikey_create(tally_ledger *l, const char *account, bool admin, 
     base64url(rnd, sizeof rnd, key + strlen(KEY_PREFIX));
     OPENSSL_cleanse(rnd, sizeof rnd);
     srv_key_hash(key, TALLY_APIKEY_LEN, hash);
-    /* Values go in as hex literals: nothing from the caller is parsed as SQL. */
-    char hash_hex[65], acct_hex[2 * TALLY_NAME_MAX + 1] = "", sql[512];
-    hex_encode(hash, sizeof hash, hash_hex);
-    if (account)
-        hex_encode((const unsigned char *)account, strlen(account), acct_hex);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO api_keys(key_hash, account, admin, created_at) "
-             "VALUES (X'%s', %s%s%s, %d, %lld)",
-             hash_hex, account ? "CAST(X'" : "NULL", acct_hex, account ? "' AS TEXT)" : "",
-             admin ? 1 : 0, (long long)tally_now_s());
-    tally_err e = tally_ledger_exec(l, sql);
-    if (e == TALLY_OK)
-        e = tally_ledger_query(l, "SELECT last_insert_rowid()", NULL, 0, last_id_row, id_out);
+    tally_err e = tally_ledger_key_insert(l, hash, account, admin, tally_now_s(), id_out);
     if (e != TALLY_OK)
         OPENSSL_cleanse(key, TALLY_APIKEY_LEN);
     return e;
 }
 
-typedef struct revoke_state {
-    bool found;
-    bool revoked;
-} revoke_state;
-
-static tally_err revoke_row(void *ctx, int ncols, const char *const *cols)
-{
-    revoke_state *st = ctx;
-    st->found = true;
-    st->revoked = ncols >= 1 && cols[0] != NULL;
-    return TALLY_OK;
-}
-
 tally_err tally_apikey_revoke(tally_ledger *l, int64_t id)
 {
-    char id_text[24], sql[160];
-    snprintf(id_text, sizeof id_text, "%lld", (long long)id);
-    const char *params[] = {id_text};
-    revoke_state st = {false, false};
-    tally_err e = tally_ledger_query(l, "SELECT revoked_at FROM api_keys WHERE id = ?1", params, 1,
-                                     revoke_row, &st);
-    if (e != TALLY_OK)
-        return e;
-    if (!st.found)
-        return TALLY_NOT_FOUND;
-    if (st.revoked)
-        return TALLY_EXISTS;
-    snprintf(sql, sizeof sql,
-             "UPDATE api_keys SET revoked_at = %lld WHERE id = %lld AND revoked_at IS NULL",
-             (long long)tally_now_s(), (long long)id);
-    return tally_ledger_exec(l, sql);
+    return tally_ledger_key_revoke(l, id, tally_now_s());
 }
 
 typedef struct list_state {
@@ -288,24 +195,19 @@ typedef struct list_state {
     void *ctx;
 } list_state;
 
-static tally_err list_row(void *ctx, int ncols, const char *const *cols)
+static tally_err list_row(void *ctx, const tally_key_row *row)
 {
     list_state *st = ctx;
-    tally_apikey_info k = {0};
-    int64_t admin;
-    if (ncols < 5 || !parse_i64(cols[0], &k.id) || !parse_i64(cols[2], &admin) ||
-        !parse_i64(cols[3], &k.created_s) || !parse_i64(cols[4], &k.revoked_s))
-        return TALLY_DB;
-    k.admin = admin == 1;
-    snprintf(k.account, sizeof k.account, "%s", cols[1] ? cols[1] : "");
+    tally_apikey_info k = {.id = row->id,
+                           .admin = row->admin,
+                           .created_s = row->created_s,
+                           .revoked_s = row->revoked_s};
+    snprintf(k.account, sizeof k.account, "%s", row->account);
     return st->fn(st->ctx, &k);
 }
 
 tally_err tally_apikey_list(tally_ledger *l, tally_apikey_fn fn, void *ctx)
 {
     list_state st = {fn, ctx};
-    return tally_ledger_query(l,
-                              "SELECT id, coalesce(account, ''), admin, created_at, "
-                              "coalesce(revoked_at, 0) FROM api_keys ORDER BY id",
-                              NULL, 0, list_row, &st);
+    return tally_ledger_keys(l, false, list_row, &st);
 }

@@ -115,13 +115,6 @@ srv_outcome srv_h_invoice_list(srv_call *c)
     return srv_ok(c, 200, srv_type_json);
 }
 
-static tally_err owner_row(void *ctx, int ncols, const char *const *cols)
-{
-    if (ncols >= 1 && cols[0])
-        snprintf(ctx, TALLY_NAME_MAX, "%s", cols[0]);
-    return TALLY_OK;
-}
-
 /* The account an invoice id belongs to ("" if unknown): a finalized invoice
  * or credit note by lookup, a draft ("draft:<account>:<YYYY-MM>") by name. */
 static tally_err invoice_owner(tally_ledger *l, const char *id, char owner[TALLY_NAME_MAX])
@@ -135,9 +128,7 @@ static tally_err invoice_owner(tally_ledger *l, const char *id, char owner[TALLY
             snprintf(owner, TALLY_NAME_MAX, "%.*s", (int)acct_len, id + sizeof draft - 1);
         return TALLY_OK;
     }
-    const char *params[] = {id};
-    return tally_ledger_query(l, "SELECT account FROM invoices WHERE id = ?1", params, 1, owner_row,
-                              owner);
+    return tally_ledger_invoice_owner(l, id, owner);
 }
 
 static const struct {

@@ -24,30 +24,15 @@ static bool money_field(srv_call *c, json_object *o, const char *name, const cha
     return srv_field_string(c, o, name, true, out);
 }
 
-static tally_err currency_row(void *ctx, int ncols, const char *const *cols)
-{
-    if (ncols >= 1 && cols[0])
-        snprintf(ctx, 4, "%s", cols[0]);
-    return TALLY_OK;
-}
-
 /* The currency a grant's amount is in: the one asked for, else the
  * account's, else (a new account) the newest rate card's. */
 static bool grant_currency(srv_call *c, const char *account, const char *wanted,
                            const tally_currency **out)
 {
     char code[4] = "";
-    tally_account a;
-    tally_err e = TALLY_OK;
-    if (wanted)
-        snprintf(code, sizeof code, "%s", wanted);
-    else if ((e = tally_ledger_account_get(c->srv->ledger, account, &a)) == TALLY_OK)
-        snprintf(code, sizeof code, "%s", a.currency);
-    else if (e == TALLY_NOT_FOUND)
-        e = tally_ledger_query(c->srv->ledger,
-                               "SELECT currency FROM ratecards ORDER BY effective_from DESC "
-                               "LIMIT 1",
-                               NULL, 0, currency_row, code);
+    tally_err e = tally_ledger_currency_for(c->srv->ledger, account, wanted, code);
+    if (e == TALLY_UNKNOWN_CURRENCY)
+        e = TALLY_OK; /* answered below, naming the code */
     if (e != TALLY_OK) {
         srv_fail_err(c, e, "reading the account");
         return false;
@@ -55,7 +40,7 @@ static bool grant_currency(srv_call *c, const char *account, const char *wanted,
     *out = (wanted && strlen(wanted) != 3) ? NULL : tally_currency_find(code);
     if (!*out) {
         srv_fail(c, 400, "unknown_currency", "unknown currency \"%.16s\"",
-                 code[0] ? code : "(no rate card loaded)");
+                 code[0] ? code : wanted ? wanted : "(no rate card loaded)");
         return false;
     }
     return true;

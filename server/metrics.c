@@ -74,30 +74,20 @@ static srv_reason_count *reason_slot(srv_metrics *m, const char *reason)
     return v;
 }
 
-static tally_err reason_row(void *ctx, int ncols, const char *const *cols)
+static tally_err reason_row(void *ctx, const char *reason, int64_t n)
 {
-    srv_metrics *m = ctx;
-    if (ncols < 3 || !cols[0] || !cols[1] || !cols[2])
-        return TALLY_DB;
-    srv_reason_count *slot = reason_slot(m, cols[0]);
+    srv_reason_count *slot = reason_slot(ctx, reason);
     if (!slot)
         return TALLY_NOMEM;
-    slot->n += strtoll(cols[1], NULL, 10);
-    int64_t max_id = strtoll(cols[2], NULL, 10);
-    if (max_id > m->reasons_after_id)
-        m->reasons_after_id = max_id;
+    slot->n += n;
     return TALLY_OK;
 }
 
 static tally_err refresh_reasons(tally_server *s)
 {
-    char after[24];
-    snprintf(after, sizeof after, "%lld", (long long)s->metrics.reasons_after_id);
-    const char *params[] = {after};
-    return tally_ledger_query(s->ledger,
-                              "SELECT reason, count(*), max(id) FROM quarantine WHERE id > ?1 "
-                              "GROUP BY reason",
-                              params, 1, reason_row, &s->metrics);
+    srv_metrics *m = &s->metrics;
+    return tally_ledger_quarantine_counts(s->ledger, m->reasons_after_id, reason_row, m,
+                                          &m->reasons_after_id);
 }
 
 /* A Prometheus label value: backslash, quote and newline escaped. */
@@ -196,19 +186,9 @@ srv_outcome srv_h_metrics(srv_call *c)
     return srv_ok(c, 200, type_prometheus);
 }
 
-static tally_err health_row(void *ctx, int ncols, const char *const *cols)
-{
-    *(bool *)ctx = ncols >= 1 && cols[0] != NULL;
-    return TALLY_OK;
-}
-
 srv_outcome srv_h_healthz(srv_call *c)
 {
-    bool answered = false;
-    /* Reads a real table, so a missing or unreadable file is noticed. */
-    tally_err e = tally_ledger_query(c->srv->ledger, "SELECT count(*) FROM api_keys", NULL, 0,
-                                     health_row, &answered);
-    if (e != TALLY_OK || !answered)
+    if (tally_ledger_ping(c->srv->ledger) != TALLY_OK)
         return srv_fail(c, 503, "unavailable", "the ledger does not answer");
     if (tally_buf_puts(&c->resp.body, "{\"status\":\"ok\"}\n") != TALLY_OK)
         return srv_fail_nomem(c);

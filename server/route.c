@@ -174,12 +174,11 @@ static srv_outcome dispatch(srv_call *c)
      * instead of once per statement. Writers (events, credits, prices) open
      * their own write transactions in the ledger. */
     bool snapshot = strcmp(r->method, "GET") == 0 &&
-                    tally_ledger_exec(c->srv->ledger, "BEGIN DEFERRED") == TALLY_OK;
+                    tally_ledger_read_begin(c->srv->ledger) == TALLY_OK;
     srv_outcome out = SRV_ANSWERED;
     if (authorize(c, r) && in_scope(c, r))
         out = r->handler(c);
-    if (snapshot && tally_ledger_exec(c->srv->ledger, "COMMIT") != TALLY_OK &&
-        tally_ledger_exec(c->srv->ledger, "ROLLBACK") != TALLY_OK)
+    if (snapshot && tally_ledger_read_end(c->srv->ledger) != TALLY_OK)
         fprintf(stderr, "tally serve: cannot end a read transaction: %s\n",
                 tally_ledger_errmsg(c->srv->ledger));
     return out;

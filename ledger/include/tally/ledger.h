@@ -184,6 +184,64 @@ TALLY_MUST_CHECK tally_err tally_ledger_query(tally_ledger *l, const char *sql,
  * Errors: TALLY_DB with the message in tally_ledger_errmsg(). */
 TALLY_MUST_CHECK tally_err tally_ledger_exec(tally_ledger *l, const char *sql);
 
+/* ---- Small reads and API keys' rows (ledger/lookup.c, ledger/keys.c) ---- */
+
+/* The currency for a new grant or account: wanted if given; else the
+ * account's; else (a new account) the newest rate card's. The one place this
+ * rule is written. Errors: TALLY_UNKNOWN_CURRENCY (wanted is not a 3-letter
+ * code, or there is no account and no rate card), TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_currency_for(tally_ledger *l, const char *account,
+                                                     const char *wanted, char out[4]);
+
+/* The account a finalized invoice or credit note belongs to; "" if the id is
+ * unknown. Errors: TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_invoice_owner(tally_ledger *l, const char *id,
+                                                      char owner[TALLY_NAME_MAX]);
+
+/* Calls fn once per quarantine reason with the count of rows whose id is
+ * above after_id, and raises *max_id to the highest id seen. */
+typedef tally_err (*tally_reason_count_fn)(void *ctx, const char *reason, int64_t n);
+TALLY_MUST_CHECK tally_err tally_ledger_quarantine_counts(tally_ledger *l, int64_t after_id,
+                                                          tally_reason_count_fn fn, void *ctx,
+                                                          int64_t *max_id);
+
+/* One read snapshot over several calls (BEGIN DEFERRED ... COMMIT), which
+ * also takes the file locks once. Errors: TALLY_DB, TALLY_BUSY. */
+TALLY_MUST_CHECK tally_err tally_ledger_read_begin(tally_ledger *l);
+TALLY_MUST_CHECK tally_err tally_ledger_read_end(tally_ledger *l);
+
+/* SQLite's data_version: changes whenever another connection commits. */
+TALLY_MUST_CHECK tally_err tally_ledger_data_version(tally_ledger *l, int64_t *out);
+
+/* Reads a real table: TALLY_OK when the ledger answers. Errors: TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_ping(tally_ledger *l);
+
+/* An API key's row: only the SHA-256 of the key is stored. */
+typedef struct tally_key_row {
+    int64_t id;
+    unsigned char hash[32];
+    char account[TALLY_NAME_MAX]; /* "" for admin keys */
+    bool admin;
+    int64_t created_s, revoked_s; /* revoked_s 0: active */
+} tally_key_row;
+
+typedef tally_err (*tally_key_fn)(void *ctx, const tally_key_row *k);
+
+/* Calls fn for every key (or every unrevoked one) in id order; a non-OK
+ * return from fn stops and is returned. Errors: TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_keys(tally_ledger *l, bool active_only, tally_key_fn fn,
+                                             void *ctx);
+
+/* Stores a key's hash: an admin key (account NULL) or one account's.
+ * Errors: TALLY_INVAL, TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_key_insert(tally_ledger *l, const unsigned char hash[32],
+                                                   const char *account, bool admin,
+                                                   int64_t created_s, int64_t *id_out);
+
+/* Marks key id revoked at now_s. Errors: TALLY_NOT_FOUND, TALLY_EXISTS
+ * (already revoked), TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_key_revoke(tally_ledger *l, int64_t id, int64_t now_s);
+
 /* Checks the whole ledger: debits equal credits per currency and per entry;
  * every balance equals the sum of its postings; invoice and credit note
  * numbers have no gaps; every stored document hashes to its hash, the chain

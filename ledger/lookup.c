@@ -1,0 +1,67 @@
+/* Small reads for the edges (HTTP, CLI, meter): who owns an invoice, what the
+ * quarantine holds, read snapshots. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ledger_int.h"
+
+static tally_err finish(tally_ledger *l, sqlite3_stmt *st, int rc)
+{
+    tally_err e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
+    sqlite3_finalize(st);
+    return e;
+}
+
+tally_err tally_ledger_invoice_owner(tally_ledger *l, const char *id, char owner[TALLY_NAME_MAX])
+{
+    owner[0] = '\0';
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(l, "SELECT account FROM invoices WHERE id = ?1", &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const unsigned char *a = sqlite3_column_text(st, 0);
+        snprintf(owner, TALLY_NAME_MAX, "%s", a ? (const char *)a : "");
+        rc = SQLITE_DONE;
+    }
+    return finish(l, st, rc);
+}
+
+tally_err tally_ledger_quarantine_counts(tally_ledger *l, int64_t after_id,
+                                         tally_reason_count_fn fn, void *ctx, int64_t *max_id)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(
+        l, "SELECT reason, count(*), max(id) FROM quarantine WHERE id > ?1 GROUP BY reason", &st);
+    if (e)
+        return e;
+    sqlite3_bind_int64(st, 1, after_id);
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const unsigned char *reason = sqlite3_column_text(st, 0);
+        int64_t top = sqlite3_column_int64(st, 2);
+        if (top > *max_id)
+            *max_id = top;
+        e = fn(ctx, reason ? (const char *)reason : "", sqlite3_column_int64(st, 1));
+    }
+    if (e) {
+        sqlite3_finalize(st);
+        return e;
+    }
+    return finish(l, st, rc);
+}
+
+tally_err tally_ledger_read_begin(tally_ledger *l)
+{
+    return tally_ledger_exec(l, "BEGIN DEFERRED");
+}
+
+tally_err tally_ledger_read_end(tally_ledger *l)
+{
+    tally_err e = tally_ledger_exec(l, "COMMIT");
+    if (e && tally_ledger_exec(l, "ROLLBACK") == TALLY_OK)
+        return TALLY_OK;
+    return e;
+}
