@@ -1,8 +1,10 @@
 /* tally ingest FILE|-: NDJSON usage events into the ledger.
  *
- * Reads in bounded chunks (memory does not grow with the file), queues each
- * line through the same decode path as the Kafka meter, and commits every
- * INGEST_BATCH lines in one transaction. A line longer than an event may be
+ * Reads in bounded chunks (memory does not grow with the file), puts each
+ * line through the ingest pipeline (include/tally/pipeline.h), the same one
+ * the Kafka meter and POST /v1/events use, and commits every INGEST_BATCH
+ * lines in one transaction. A line that is not a good event is quarantined
+ * with its reason and the file goes on. A line longer than an event may be
  * is quarantined as too_large with its first bytes kept. Each message's
  * origin is "file:<name>:<line>:<content hash>", so ingesting the same file
  * twice stores its quarantined lines once and counts its events as
@@ -14,7 +16,7 @@
 
 #include "cli.h"
 #include "tally/event.h"
-#include "tally/ingest.h"
+#include "tally/pipeline.h"
 
 #define INGEST_BATCH  20000
 #define READ_CHUNK    ((size_t)1 << 20)
@@ -23,24 +25,18 @@
 typedef struct ingest_state {
     cli_ctx *ctx;
     tally_ledger *l;
-    tally_batch *b;
+    tally_pipeline *p;
     const char *name;
     int64_t now_s;
     int64_t line_no;
-    tally_batch_stats total;
 } ingest_state;
 
 static int commit(ingest_state *s)
 {
-    tally_batch_stats st = {0};
-    tally_err e = tally_batch_commit(s->b, &st, NULL);
+    tally_err e = tally_pipeline_commit(s->p, NULL);
     if (e)
         return cli_error(s->ctx, CLI_FAIL, "commit failed at line %lld: %s (%s)",
                          (long long)s->line_no, tally_err_str(e), tally_ledger_errmsg(s->l));
-    s->total.accepted += st.accepted;
-    s->total.duplicates += st.duplicates;
-    s->total.conflicts += st.conflicts;
-    s->total.quarantined += st.quarantined;
     return CLI_OK;
 }
 
@@ -56,11 +52,11 @@ static int one_line(ingest_state *s, const char *line, size_t len)
     char origin[TALLY_ID_MAX + 96];
     snprintf(origin, sizeof origin, "file:%s:%lld:%016llx", s->name, (long long)s->line_no,
              (unsigned long long)h[0]);
-    tally_err e = tally_ingest_message(s->b, line, len, origin, s->now_s, NULL);
+    tally_err e = tally_pipeline_add(s->p, line, len, origin, s->now_s, NULL);
     if (e)
         return cli_error(s->ctx, CLI_FAIL, "line %lld: %s", (long long)s->line_no,
                          tally_err_str(e));
-    if (tally_batch_count(s->b) >= INGEST_BATCH)
+    if (tally_pipeline_full(s->p))
         return commit(s);
     return CLI_OK;
 }
@@ -129,18 +125,21 @@ int cmd_ingest(cli_ctx *ctx, int argc, char **argv)
     ingest_state s = {.ctx = ctx, .name = is_stdin ? "stdin" : pos[0], .now_s = tally_now_s()};
     if ((rc = cli_open_ledger(ctx, &s.l)))
         goto out_file;
-    if (tally_batch_create(s.l, &s.b) != TALLY_OK) {
+    if (tally_pipeline_create(s.l, INGEST_BATCH, &s.p) != TALLY_OK) {
         rc = cli_error(ctx, CLI_FAIL, "out of memory");
         goto out_ledger;
     }
     rc = read_lines(&s, f);
-    if (!rc && tally_batch_count(s.b))
+    if (!rc && tally_pipeline_pending(s.p))
         rc = commit(&s);
-    if (!rc)
+    if (!rc) {
+        tally_batch_stats total;
+        tally_pipeline_totals(s.p, &total);
         printf("accepted=%lld duplicate=%lld conflict=%lld quarantined=%lld\n",
-               (long long)s.total.accepted, (long long)s.total.duplicates,
-               (long long)s.total.conflicts, (long long)s.total.quarantined);
-    tally_batch_destroy(s.b);
+               (long long)total.accepted, (long long)total.duplicates, (long long)total.conflicts,
+               (long long)total.quarantined);
+    }
+    tally_pipeline_destroy(s.p);
 out_ledger:
     tally_ledger_close(s.l);
 out_file:

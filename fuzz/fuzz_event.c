@@ -21,7 +21,8 @@ static bool bounded(const char *s, size_t cap)
 static void check_event(const tally_event *ev)
 {
     if ((unsigned)ev->meter >= TALLY_METER_COUNT || ev->weight < 0 || ev->seconds < 0 ||
-        ev->seconds > 86400 || ev->time_s > NOW_S + TALLY_FUTURE_SKEW_S)
+        ev->seconds > 86400 || ev->time_s > NOW_S + TALLY_FUTURE_SKEW_S ||
+        ev->time_s < TALLY_TIME_MIN_S)
         abort();
     if (!bounded(ev->id, sizeof ev->id) || !bounded(ev->source, sizeof ev->source) ||
         !bounded(ev->account, sizeof ev->account) || !bounded(ev->resource, sizeof ev->resource) ||
@@ -34,7 +35,8 @@ static void check_event(const tally_event *ev)
 static void check_reject(const tally_reject *rej)
 {
     static const char *const exact[] = {"bad_json",     "too_large", "bad_specversion",
-                                        "unknown_type", "bad_time",  "future_time"};
+                                        "unknown_type", "bad_time",  "future_time",
+                                        "out_of_range"};
     if (strnlen(rej->reason, sizeof rej->reason) == sizeof rej->reason || !rej->detail[0])
         abort();
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)

@@ -303,11 +303,7 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
     }
     p->gen = k->gen;
     k->n++;
-    tally_reject rej;
-    const char *raw = k->arena + it->raw_off;
-    it->is_event = tally_event_decode(raw, it->raw_len, now_s, &it->u.ev, &rej) == TALLY_OK;
-    if (!it->is_event)
-        it->u.rej = rej;
+    (void)tally_pipeline_decode(k->arena + it->raw_off, it->raw_len, now_s, &it->d);
     if (k->n == 1)
         k->first_ms = now_ms;
     if (c->st.first_ms < 0)

@@ -113,9 +113,7 @@ static tally_err queue_chunk(tally_consumer *c, chunk *k)
         const item *it = &k->items[i];
         const char *raw = k->arena + it->raw_off;
         origin_format(c, it->partition, it->offset, origin);
-        tally_err e = it->is_event
-                          ? tally_batch_add_event(c->b, &it->u.ev, raw, it->raw_len, origin)
-                          : tally_batch_add_reject(c->b, &it->u.rej, raw, it->raw_len, origin);
+        tally_err e = tally_pipeline_queue(c->b, &it->d, raw, it->raw_len, origin);
         if (e)
             return e;
     }

@@ -98,8 +98,8 @@ void dlq_chunk(tally_consumer *c, chunk *k)
         origin_format(c, it->partition, it->offset, origin);
         if (r == TALLY_RESULT_CONFLICT)
             snprintf(reason, sizeof reason, "conflict");
-        else if (!it->is_event)
-            snprintf(reason, sizeof reason, "%s", it->u.rej.reason);
+        else if (!it->d.is_event)
+            snprintf(reason, sizeof reason, "%s", it->d.u.rej.reason);
         else
             stored_reason(c, it->partition, origin, reason);
         any = true;

@@ -1,9 +1,11 @@
 /* Internal to the meter (consumer.c, consumer_chunk.c, consumer_group.c).
  *
  * The main thread consumes from Kafka and decodes each message into a chunk
- * (tally_event_decode is stateless and thread-safe). A full or old enough
+ * (tally_pipeline_decode, the ingest pipeline's first step, is stateless and
+ * thread-safe). A full or old enough
  * chunk is sealed with each partition's (expected, new) offsets and handed
- * to the commit thread, which queues it into the one tally_batch (so the
+ * to the commit thread, which queues it (tally_pipeline_queue) into the one
+ * tally_batch (so the
  * batch's open intervals keep coalescing across commits), commits, produces
  * dead-letter copies and releases the messages. Two chunks alternate, so
  * decoding the next overlaps committing the last. Only the commit thread
@@ -22,6 +24,7 @@
 #include "tally/kafka_conf.h"
 #include "tally/ledger.h"
 #include "tally/meter.h"
+#include "tally/pipeline.h"
 
 #define CHUNK_DUE_BYTES ((size_t)16 << 20) /* payload bytes that make a chunk due */
 #define CHUNK_MAX_BYTES ((size_t)64 << 20) /* payload bytes one chunk may hold */
@@ -35,11 +38,7 @@ typedef struct item {
     int32_t partition;
     int64_t offset;
     size_t raw_off, raw_len, key_off, key_len; /* in the chunk's arena */
-    bool is_event;
-    union {
-        tally_event ev;
-        tally_reject rej;
-    } u;
+    tally_decoded d;                           /* tally_pipeline_decode's result */
 } item;
 
 /* Where a chunk ends one partition: the CAS pair given to the ledger. */

@@ -99,9 +99,7 @@ static tally_err queue_partition(tally_consumer *c, chunk *k, const chunk_off *o
             continue;
         const char *raw = k->arena + it->raw_off;
         origin_format(c, it->partition, it->offset, origin);
-        tally_err e = it->is_event
-                          ? tally_batch_add_event(b, &it->u.ev, raw, it->raw_len, origin)
-                          : tally_batch_add_reject(b, &it->u.rej, raw, it->raw_len, origin);
+        tally_err e = tally_pipeline_queue(b, &it->d, raw, it->raw_len, origin);
         if (e)
             return e;
     }

@@ -81,6 +81,7 @@ typedef struct field_rule {
     enum kind kind;
     unsigned dst;
     bool required;
+    bool over_is_range;         /* K_INT: above max is out_of_range, not bad_field */
     int64_t min, max, dflt;     /* K_INT; K_BOOL uses dflt */
     const char *const *choices; /* K_ENUM: the allowed values, NULL-terminated */
     const char *choices_text;   /* K_ENUM: the same, for people */
@@ -101,19 +102,24 @@ static const char *const kind_choices[] = {"input", "output", NULL};
 
 #define STRING(f, d)                                                                               \
     {                                                                                              \
-        f, K_STRING, d, true, 0, 0, 0, NULL, NULL                                                  \
+        f, K_STRING, d, true, false, 0, 0, 0, NULL, NULL                                           \
     }
 #define ENUM(f, d, c, text)                                                                        \
     {                                                                                              \
-        f, K_ENUM, d, true, 0, 0, 0, c, text                                                       \
+        f, K_ENUM, d, true, false, 0, 0, 0, c, text                                                \
     }
 #define INT(f, d, req, lo, hi, def)                                                                \
     {                                                                                              \
-        f, K_INT, d, req, lo, hi, def, NULL, NULL                                                  \
+        f, K_INT, d, req, false, lo, hi, def, NULL, NULL                                           \
+    }
+/* A quantity: an integer above hi is out_of_range (SPEC section 1). */
+#define QTY(f, d, req, lo, hi, def)                                                                \
+    {                                                                                              \
+        f, K_INT, d, req, true, lo, hi, def, NULL, NULL                                            \
     }
 #define BOOL(f, d, def)                                                                            \
     {                                                                                              \
-        f, K_BOOL, d, false, 0, 0, def, NULL, NULL                                                 \
+        f, K_BOOL, d, false, false, 0, 0, def, NULL, NULL                                          \
     }
 
 static const type_rule type_rules[] = {
@@ -121,25 +127,26 @@ static const type_rule type_rules[] = {
      TALLY_METER_ACCELERATOR,
      {STRING(F_INSTANCE, D_RESOURCE), STRING(F_SKU, D_DIM),
       ENUM(F_PRICING, D_PRICING, pricing_choices, "on_demand, spot or reserved"),
-      INT(F_CARDS, D_WEIGHT, false, 1, INT64_MAX, 1), INT(F_SECONDS, D_SECONDS, false, 1, 3600, 1),
-      BOOL(F_MIGRATION, D_MIGRATION, false)},
+      QTY(F_CARDS, D_WEIGHT, false, 1, TALLY_CARDS_MAX, 1),
+      INT(F_SECONDS, D_SECONDS, false, 1, 3600, 1), BOOL(F_MIGRATION, D_MIGRATION, false)},
      6},
     {"storage.usage",
      TALLY_METER_STORAGE,
      {STRING(F_VOLUME, D_RESOURCE), STRING(F_CLASS, D_DIM),
-      INT(F_BYTES, D_WEIGHT, true, 0, INT64_MAX, 0), INT(F_SECONDS, D_SECONDS, false, 1, 86400, 1)},
+      QTY(F_BYTES, D_WEIGHT, true, 0, TALLY_BYTES_MAX, 0),
+      INT(F_SECONDS, D_SECONDS, false, 1, 86400, 1)},
      4},
     {"traffic.usage",
      TALLY_METER_TRAFFIC,
      {STRING(F_RESOURCE, D_RESOURCE),
       ENUM(F_DIRECTION, D_DIM2, direction_choices, "egress or ingress"),
       ENUM(F_SCOPE, D_DIM, scope_choices, "internet or internal"),
-      INT(F_BYTES, D_WEIGHT, true, 0, INT64_MAX, 0)},
+      QTY(F_BYTES, D_WEIGHT, true, 0, TALLY_BYTES_MAX, 0)},
      4},
     {"tokens.usage",
      TALLY_METER_TOKENS,
      {STRING(F_MODEL, D_RESOURCE | D_DIM), ENUM(F_KIND, D_DIM2, kind_choices, "input or output"),
-      INT(F_TOKENS, D_WEIGHT, true, 0, INT64_MAX, 0)},
+      QTY(F_TOKENS, D_WEIGHT, true, 0, TALLY_TOKENS_MAX, 0)},
      3},
 };
 #define N_TYPES (sizeof type_rules / sizeof type_rules[0])
@@ -411,9 +418,13 @@ static bool parse_int(const json_val *v, int64_t *out)
 static tally_err take_int(const field_rule *r, const json_val *v, int64_t *out, tally_reject *rej)
 {
     const char *what = field_names[r->field].s;
-    if (parse_int(v, out) && *out >= r->min && *out <= r->max)
+    bool is_int = parse_int(v, out);
+    if (is_int && *out >= r->min && *out <= r->max)
         return TALLY_OK;
-    if (r->max == INT64_MAX)
+    if (r->over_is_range && is_int && *out > r->max)
+        return reject(rej, "out_of_range", "", "%s %lld is above the largest allowed, %lld", what,
+                      (long long)*out, (long long)r->max);
+    if (r->over_is_range)
         return reject(rej, "bad_field:", what, "%s must be an integer >= %lld, got %.*s", what,
                       (long long)r->min, snippet(v), v->p);
     return reject(rej, "bad_field:", what, "%s must be an integer from %lld to %lld, got %.*s",
@@ -507,11 +518,22 @@ static tally_err take_time(const json_val *v, int64_t now_s, int64_t *out, tally
         return reject(rej, "bad_time", "",
                       "time must be RFC 3339 like 2026-03-01T12:00:00Z, got %.*s", snippet(v),
                       v->p);
+    if (*out < TALLY_TIME_MIN_S)
+        return reject(rej, "bad_time", "", "time %s is before 2000-01-01T00:00:00Z", buf);
     if (*out - TALLY_FUTURE_SKEW_S > now_s)
         return reject(rej, "future_time", "",
                       "time %s is %lld s ahead of the clock; at most %d s are allowed", buf,
                       (long long)(*out - now_s), TALLY_FUTURE_SKEW_S);
     return TALLY_OK;
+}
+
+/* Whether s (non-empty) begins or ends with white space: " acme" would be
+ * another account than "acme" that no one can tell apart. */
+static bool padded(const char *s)
+{
+    static const char ws[] = " \t\n\r\v\f";
+    size_t n = strlen(s);
+    return n > 0 && (strchr(ws, s[0]) || strchr(ws, s[n - 1]));
 }
 
 /* specversion, type, id, source, subject, time: in that order. */
@@ -545,6 +567,9 @@ static tally_err take_attributes(const scanned *sc, int64_t now_s, tally_event *
         if (err != TALLY_OK)
             return err;
     }
+    if (padded(ev->account))
+        return reject(rej, "bad_field:", "subject",
+                      "subject must not begin or end with white space, got \"%.40s\"", ev->account);
     return take_time(&sc->attr[A_TIME], now_s, &ev->time_s, rej);
 }
 

@@ -1,6 +1,8 @@
 /* POST /v1/events: a JSON array of up to 1,000 CloudEvents.
  *
- * Each element is decoded on its own (tally_event_decode). An account key
+ * Each element goes through the ingest pipeline on its own
+ * (include/tally/pipeline.h: the same decoding, validation and reasons as
+ * `tally ingest` and the Kafka meter). An account key
  * may only send events whose subject is its own account; others are answered
  * "forbidden" and are neither stored nor produced. Elements that do not
  * decode are quarantined in the ledger with their reason (origin
@@ -12,13 +14,16 @@
  *     request is answered when every delivery is reported: "produced", or
  *     "failed" (then the status is 503 and the client retries; dedupe by
  *     (source, id) makes a retry safe).
- * The whole request fails (400/413) only when the body is not one JSON array
- * of at most 1,000 elements; then nothing is stored. */
+ * A bad element never costs the others: it is answered "quarantined" with
+ * its reason and the rest are stored. The whole request fails (400/413)
+ * only when the body is not one JSON array of at most 1,000 elements; then
+ * nothing is stored. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server_int.h"
+#include "tally/pipeline.h"
 
 static const char *const status_names[] = {
     [SRV_EV_ACCEPTED] = "accepted", [SRV_EV_DUPLICATE] = "duplicate",
@@ -93,26 +98,25 @@ static void origin_of(const srv_call *c, size_t i, char *out, size_t cap)
     snprintf(out, cap, "http:%s:%zu", c->resp.request_id, i);
 }
 
-/* Decodes element i and queues it (or its rejection) in b. Events are queued
+/* Decodes element i and queues it (or its rejection) in p. Events are queued
  * only when direct; queued[*nq] records which element each queued item is. */
 static tally_err decode_one(srv_call *c, const char *raw, size_t len, size_t i, int64_t now_s,
-                            bool direct, tally_batch *b, srv_event_result *r, size_t *queued,
+                            bool direct, tally_pipeline *p, srv_event_result *r, size_t *queued,
                             size_t *nq)
 {
-    tally_event ev;
-    tally_reject rej;
+    tally_decoded d;
     char origin[96];
     origin_of(c, i, origin, sizeof origin);
-    tally_err e = tally_event_decode(raw, len, now_s, &ev, &rej);
-    if (e != TALLY_OK) {
+    if (!tally_pipeline_decode(raw, len, now_s, &d)) {
         r->status = SRV_EV_QUARANTINED;
-        snprintf(r->reason, sizeof r->reason, "%s", rej.reason);
+        snprintf(r->reason, sizeof r->reason, "%s", d.u.rej.reason);
         queued[(*nq)++] = i;
-        return tally_batch_add_reject(b, &rej, raw, len, origin);
+        return tally_pipeline_add_decoded(p, &d, raw, len, origin);
     }
-    snprintf(r->id, sizeof r->id, "%s", ev.id);
-    snprintf(r->account, sizeof r->account, "%s", ev.account);
-    if (!c->who.admin && strcmp(ev.account, c->who.account) != 0) {
+    const tally_event *ev = &d.u.ev;
+    snprintf(r->id, sizeof r->id, "%s", ev->id);
+    snprintf(r->account, sizeof r->account, "%s", ev->account);
+    if (!c->who.admin && strcmp(ev->account, c->who.account) != 0) {
         r->status = SRV_EV_FORBIDDEN;
         snprintf(r->reason, sizeof r->reason, "subject is not this key's account");
         return TALLY_OK;
@@ -121,18 +125,18 @@ static tally_err decode_one(srv_call *c, const char *raw, size_t len, size_t i, 
     if (!direct)
         return TALLY_OK;
     queued[(*nq)++] = i;
-    return tally_batch_add_event(b, &ev, raw, len, origin);
+    return tally_pipeline_add_decoded(p, &d, raw, len, origin);
 }
 
-/* Commits the batch and turns the ledger's results into answers. */
-static tally_err commit(srv_call *c, tally_batch *b, srv_events_call *ec, const size_t *queued,
+/* Commits the pipeline's batch and turns the ledger's results into answers. */
+static tally_err commit(srv_call *c, tally_pipeline *p, srv_events_call *ec, const size_t *queued,
                         size_t nq)
 {
     tally_event_result *res = calloc(nq ? nq : 1, sizeof *res);
     if (!res)
         return TALLY_NOMEM;
     int64_t t0 = srv_now_us();
-    tally_err e = tally_batch_commit(b, NULL, res);
+    tally_err e = tally_pipeline_commit(p, res);
     if (e == TALLY_OK)
         srv_histogram_observe(&c->srv->metrics.commit, srv_now_us() - t0);
     for (size_t k = 0; k < nq && e == TALLY_OK; k++) {
@@ -192,17 +196,17 @@ static srv_events_call *events_call_new(srv_call *c, size_t n)
 /* Decodes, quarantines (and, direct, ingests) in one transaction. */
 static tally_err ingest(srv_call *c, srv_events_call *ec, const srv_span *sp, size_t *queued)
 {
-    tally_batch *b = NULL;
+    tally_pipeline *p = NULL;
     size_t nq = 0;
     bool direct = c->srv->kafka == NULL;
     int64_t now_s = tally_now_s();
-    tally_err e = tally_batch_create(c->srv->ledger, &b);
+    tally_err e = tally_pipeline_create(c->srv->ledger, 0, &p);
     for (size_t i = 0; i < ec->n && e == TALLY_OK; i++)
-        e = decode_one(c, c->req->body + sp[i].off, sp[i].len, i, now_s, direct, b, &ec->results[i],
+        e = decode_one(c, c->req->body + sp[i].off, sp[i].len, i, now_s, direct, p, &ec->results[i],
                        queued, &nq);
     if (e == TALLY_OK && nq > 0)
-        e = commit(c, b, ec, queued, nq);
-    tally_batch_destroy(b);
+        e = commit(c, p, ec, queued, nq);
+    tally_pipeline_destroy(p);
     return e;
 }
 

@@ -239,10 +239,11 @@ static void test_integer_strings(void **state)
     assert_int_equal(a.weight, 8);
     expect_ok(message(0, NULL, NULL, NULL, NULL), &b);
     assert_int_equal(a.fingerprint, b.fingerprint);
-    expect_ok(message(2, NULL, NULL, "bytes", "\"9223372036854775807\""), &a);
-    assert_int_equal(a.weight, INT64_MAX);
-    expect_ok(message(2, NULL, NULL, "bytes", "9223372036854775807"), &a);
-    assert_int_equal(a.weight, INT64_MAX);
+    /* INT64_MAX parses (it is not bad_field), but is above SPEC's 10^18 */
+    expect_reject(message(2, NULL, NULL, "bytes", "\"9223372036854775807\""), "out_of_range");
+    expect_reject(message(2, NULL, NULL, "bytes", "9223372036854775807"), "out_of_range");
+    expect_ok(message(2, NULL, NULL, "bytes", "\"999999999999999999\""), &a);
+    assert_int_equal(a.weight, 999999999999999999LL);
     expect_ok(message(3, NULL, NULL, "tokens", "\"0\""), &a);
     assert_int_equal(a.weight, 0);
     expect_ok(message(3, NULL, NULL, "tokens", "\"\\u0034\\u0032\""), &a); /* "42" escaped */
@@ -263,7 +264,7 @@ static void test_time_offsets(void **state)
         {"\"2026-03-31T17:00:00+00:00\"", NOW_S - 7 * 3600},
         {"\"2026-03-31T17:00:00-00:00\"", NOW_S - 7 * 3600},
         {"\"2026-04-01T00:05:00Z\"", NOW_S + 300}, /* exactly the allowed skew */
-        {"\"1970-01-01T00:00:00Z\"", 0},
+        {"\"2000-01-01T00:00:00Z\"", 946684800},   /* the earliest allowed (1970 is bad_time) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tally_event ev;
@@ -479,6 +480,9 @@ static const bad_case bad_attributes[] = {
     {0, "subject", NULL, NULL, NULL, "missing:subject"},
     {0, "subject", "\"acct\\n1\"", NULL, NULL, "bad_field:subject"},
     {0, "subject", "[\"acct\"]", NULL, NULL, "bad_field:subject"},
+    {0, "subject", "\" acct\"", NULL, NULL, "bad_field:subject"},
+    {0, "subject", "\"acct \"", NULL, NULL, "bad_field:subject"},
+    {0, "subject", "\" \"", NULL, NULL, "bad_field:subject"},
     {0, "time", NULL, NULL, NULL, "missing:time"},
     {0, "time", "1774958400", NULL, NULL, "bad_time"},
     {0, "time", "\"2026-02-29T00:00:00Z\"", NULL, NULL, "bad_time"},
@@ -490,6 +494,11 @@ static const bad_case bad_attributes[] = {
     {0, "time", "\"2026-04-01T00:05:01Z\"", NULL, NULL, "future_time"},
     {0, "time", "\"2026-04-01T08:05:01+08:00\"", NULL, NULL, "future_time"},
     {0, "time", "\"9999-12-31T23:59:59Z\"", NULL, NULL, "future_time"},
+    {0, "time", "\"1969-12-31T23:59:59Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"1970-01-01T00:00:00Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"0001-01-01T00:00:00Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"1999-12-31T23:59:59Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"2000-01-01T07:59:59+08:00\"", NULL, NULL, "bad_time"},
     {0, "data", NULL, NULL, NULL, "missing:data"},
     {0, "data", "null", NULL, NULL, "bad_field:data"},
     {0, "data", "[{}]", NULL, NULL, "bad_field:data"},
@@ -518,6 +527,9 @@ static const bad_case bad_fields[] = {
     {0, NULL, NULL, "cards", "\"1.5\"", "bad_field:cards"},
     {0, NULL, NULL, "cards", "9223372036854775808", "bad_field:cards"},
     {0, NULL, NULL, "cards", "\"99999999999999999999\"", "bad_field:cards"},
+    {0, NULL, NULL, "cards", "65537", "out_of_range"},
+    {0, NULL, NULL, "cards", "\"65537\"", "out_of_range"},
+    {0, NULL, NULL, "cards", "9223372036854775807", "out_of_range"},
     {0, NULL, NULL, "cards", "true", "bad_field:cards"},
     {0, NULL, NULL, "cards", "null", "bad_field:cards"},
     {0, NULL, NULL, "seconds", "0", "bad_field:seconds"},
@@ -528,6 +540,8 @@ static const bad_case bad_fields[] = {
     {1, NULL, NULL, "class", NULL, "missing:class"},
     {1, NULL, NULL, "bytes", NULL, "missing:bytes"},
     {1, NULL, NULL, "bytes", "-5", "bad_field:bytes"},
+    {1, NULL, NULL, "bytes", "1000000000000000001", "out_of_range"},
+    {1, NULL, NULL, "bytes", "9223372036854775807", "out_of_range"},
     {1, NULL, NULL, "seconds", "86401", "bad_field:seconds"},
     {2, NULL, NULL, "resource", NULL, "missing:resource"},
     {2, NULL, NULL, "direction", NULL, "missing:direction"},
@@ -536,11 +550,13 @@ static const bad_case bad_fields[] = {
     {2, NULL, NULL, "scope", "\"external\"", "bad_field:scope"},
     {2, NULL, NULL, "bytes", NULL, "missing:bytes"},
     {2, NULL, NULL, "bytes", "{}", "bad_field:bytes"},
+    {2, NULL, NULL, "bytes", "\"1000000000000000001\"", "out_of_range"},
     {3, NULL, NULL, "model", NULL, "missing:model"},
     {3, NULL, NULL, "kind", NULL, "missing:kind"},
     {3, NULL, NULL, "kind", "\"Input\"", "bad_field:kind"},
     {3, NULL, NULL, "tokens", NULL, "missing:tokens"},
     {3, NULL, NULL, "tokens", "\"x\"", "bad_field:tokens"},
+    {3, NULL, NULL, "tokens", "1000000000001", "out_of_range"},
 };
 
 static void run_bad(const bad_case *c, size_t n)
@@ -557,6 +573,25 @@ static void test_bad_attributes(void **state)
 static void test_bad_fields(void **state)
 {
     run_bad(bad_fields, sizeof bad_fields / sizeof bad_fields[0]);
+}
+
+/* The limits themselves are fine: 2000-01-01T00:00:00Z, 65,536 cards,
+ * 10^18 bytes, 10^12 tokens, and inner white space in a subject. */
+static void test_limits(void **state)
+{
+    tally_event ev;
+    expect_ok(message(0, "time", "\"2000-01-01T00:00:00Z\"", NULL, NULL), &ev);
+    assert_int_equal(ev.time_s, TALLY_TIME_MIN_S);
+    expect_ok(message(0, "subject", "\"acme ai\"", NULL, NULL), &ev);
+    assert_string_equal(ev.account, "acme ai");
+    expect_ok(message(0, NULL, NULL, "cards", "65536"), &ev);
+    assert_int_equal(ev.weight, TALLY_CARDS_MAX);
+    expect_ok(message(1, NULL, NULL, "bytes", "1000000000000000000"), &ev);
+    assert_int_equal(ev.weight, TALLY_BYTES_MAX);
+    expect_ok(message(2, NULL, NULL, "bytes", "\"1000000000000000000\""), &ev);
+    assert_int_equal(ev.weight, TALLY_BYTES_MAX);
+    expect_ok(message(3, NULL, NULL, "tokens", "1000000000000"), &ev);
+    assert_int_equal(ev.weight, TALLY_TOKENS_MAX);
 }
 
 static void test_unknown_ignored(void **state)
@@ -653,7 +688,8 @@ static void test_bad_json(void **state)
 static bool known_reason(const char *r)
 {
     static const char *const exact[] = {"bad_json",     "too_large", "bad_specversion",
-                                        "unknown_type", "bad_time",  "future_time"};
+                                        "unknown_type", "bad_time",  "future_time",
+                                        "out_of_range"};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (strcmp(r, exact[i]) == 0)
             return true;
@@ -739,6 +775,7 @@ int main(void)
         cmocka_unit_test(test_message_size),
         cmocka_unit_test(test_bad_attributes),
         cmocka_unit_test(test_bad_fields),
+        cmocka_unit_test(test_limits),
         cmocka_unit_test(test_unknown_ignored),
         cmocka_unit_test(test_unknown_limit),
         cmocka_unit_test(test_bad_json),

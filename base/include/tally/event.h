@@ -16,9 +16,14 @@
 #include "tally/err.h"
 
 #define TALLY_EVENT_MAX_BYTES 65536
-#define TALLY_ID_MAX          128 /* id and source: at most 127 bytes */
-#define TALLY_NAME_MAX        64  /* account, instance, sku, ...: at most 63 bytes */
-#define TALLY_FUTURE_SKEW_S   300 /* events more than 5 minutes ahead are rejected */
+#define TALLY_ID_MAX          128         /* id and source: at most 127 bytes */
+#define TALLY_NAME_MAX        64          /* account, instance, sku, ...: at most 63 bytes */
+#define TALLY_FUTURE_SKEW_S   300         /* events more than 5 minutes ahead are rejected */
+#define TALLY_TIME_MIN_S      946684800LL /* 2000-01-01T00:00:00Z: earlier times are bad_time */
+/* The largest quantities of SPEC section 1; larger ones are out_of_range. */
+#define TALLY_CARDS_MAX  65536LL
+#define TALLY_BYTES_MAX  1000000000000000000LL /* 10^18 */
+#define TALLY_TOKENS_MAX 1000000000000LL       /* 10^12 */
 
 typedef enum tally_meter {
     TALLY_METER_ACCELERATOR = 0, /* accelerator.usage: cards held over time */
@@ -67,7 +72,8 @@ typedef struct tally_event {
 
 /* Why an event was rejected. `reason` is stable and machine-readable:
  *   bad_json, too_large, bad_specversion, unknown_type, bad_time, future_time,
- *   missing:<attribute or data field>, bad_field:<attribute or data field>
+ *   out_of_range, missing:<attribute or data field>,
+ *   bad_field:<attribute or data field>
  * and, from the ledger (which knows the rate cards): unknown_sku, no_price,
  * conflict. `detail` is a short human-readable explanation.
  *
@@ -81,9 +87,18 @@ typedef struct tally_event {
  * not an object); specversion; type; id, source, subject; time
  * (bad_time, then future_time); data; the data fields in the order of SPEC
  * section 1's table. Strings must be non-empty, within their length (counted
- * in bytes after unescaping) and free of control characters (U+0000-U+001F).
+ * in bytes after unescaping) and free of control characters (U+0000-U+001F);
+ * the subject must not begin or end with white space (bad_field:subject).
+ * A time that does not parse or is before TALLY_TIME_MIN_S is bad_time; one
+ * more than TALLY_FUTURE_SKEW_S ahead of now_s is future_time.
  * Integers are JSON integers or strings of decimal digits, without sign,
- * fraction, exponent, leading zero or white space, at most INT64_MAX. */
+ * fraction, exponent, leading zero or white space, at most INT64_MAX. A
+ * quantity (cards, bytes, tokens) that is such an integer but above
+ * TALLY_CARDS_MAX, TALLY_BYTES_MAX or TALLY_TOKENS_MAX is out_of_range; any
+ * other bad integer, and seconds outside its range, is bad_field:<field>.
+ * Every event this accepts is one the ledger's batches take
+ * (tally_batch_add_event never refuses it), so a message either becomes an
+ * event or a reject, and never stops the stream. */
 typedef struct tally_reject {
     char reason[48];
     char detail[160];
