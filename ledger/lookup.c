@@ -53,6 +53,53 @@ tally_err tally_ledger_quarantine_counts(tally_ledger *l, int64_t after_id,
     return finish(l, st, rc);
 }
 
+tally_err tally_ledger_quarantine_reason(tally_ledger *l, const char *origin, char *reason,
+                                         size_t cap)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(l, "SELECT reason FROM quarantine WHERE origin = ?1", &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, origin, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    bool found = rc == SQLITE_ROW;
+    if (found) {
+        const unsigned char *r = sqlite3_column_text(st, 0);
+        snprintf(reason, cap, "%s", r ? (const char *)r : "");
+        rc = SQLITE_DONE;
+    }
+    e = finish(l, st, rc);
+    return e ? e : found ? TALLY_OK : TALLY_NOT_FOUND;
+}
+
+tally_err tally_ledger_quarantine_each(tally_ledger *l, const char *origin_prefix,
+                                       tally_quarantine_fn fn, void *ctx)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(l,
+                                 "SELECT origin, reason, raw FROM quarantine "
+                                 "WHERE substr(origin, 1, length(?1)) = ?1 ORDER BY id",
+                                 &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, origin_prefix, -1, SQLITE_STATIC);
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const unsigned char *origin = sqlite3_column_text(st, 0);
+        const unsigned char *reason = sqlite3_column_text(st, 1);
+        tally_quarantine_row q = {.origin = origin ? (const char *)origin : "",
+                                  .reason = reason ? (const char *)reason : "",
+                                  .raw = sqlite3_column_blob(st, 2),
+                                  .raw_len = (size_t)sqlite3_column_bytes(st, 2)};
+        e = fn(ctx, &q);
+    }
+    if (e) {
+        sqlite3_finalize(st);
+        return e;
+    }
+    return finish(l, st, rc);
+}
+
 tally_err tally_ledger_read_begin(tally_ledger *l)
 {
     return tally_ledger_exec(l, "BEGIN DEFERRED");

@@ -66,22 +66,16 @@ void dlq_configure(rd_kafka_conf_t *conf, tally_consumer *c)
     rd_kafka_conf_set_opaque(conf, c);
 }
 
-static tally_err first_col(void *ctx, int ncols, const char *const *cols)
-{
-    if (ncols > 0 && cols[0])
-        snprintf(ctx, REASON_MAX, "%s", cols[0]);
-    return TALLY_OK;
-}
-
 /* The stored reason of a message quarantined at commit (unknown_sku,
  * no_price, ...), which only the ledger knows. */
 static void stored_reason(tally_consumer *c, int32_t partition, const char *origin, char *reason)
 {
-    const char *params[] = {origin};
     snprintf(reason, REASON_MAX, "quarantined");
     tally_ledger *l = shard_ledger_of(c, partition);
-    if (tally_ledger_query(l, "SELECT reason FROM quarantine WHERE origin = ?", params, 1,
-                           first_col, reason) != TALLY_OK)
+    tally_err e = tally_ledger_quarantine_reason(l, origin, reason, REASON_MAX);
+    if (e == TALLY_NOT_FOUND)
+        snprintf(reason, REASON_MAX, "quarantined");
+    else if (e)
         fprintf(stderr, "tally meter: cannot read the quarantine reason of %s: %s\n", origin,
                 tally_ledger_errmsg(l));
 }
@@ -119,42 +113,21 @@ void dlq_chunk(tally_consumer *c, chunk *k)
 typedef struct replay {
     tally_consumer *c;
     int64_t from, to;
-    char *raw;
-    size_t cap;
     int64_t sent;
     bool ok;
 } replay;
 
-static int hex_val(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
-static tally_err replay_row(void *ctx, int ncols, const char *const *cols)
+static tally_err replay_row(void *ctx, const tally_quarantine_row *q)
 {
     replay *r = ctx;
-    const char *at = ncols == 3 && cols[0] ? strrchr(cols[0], '@') : NULL;
-    if (!at || !cols[1] || !cols[2])
+    const char *at = strrchr(q->origin, '@');
+    if (!at)
         return TALLY_OK;
     char *end = NULL;
     long long off = strtoll(at + 1, &end, 10);
     if (*end || off < r->from || off >= r->to)
         return TALLY_OK;
-    size_t len = strlen(cols[2]) / 2;
-    if (len > r->cap) {
-        char *raw = realloc(r->raw, len);
-        if (!raw)
-            return TALLY_NOMEM;
-        r->raw = raw;
-        r->cap = len;
-    }
-    for (size_t i = 0; i < len; i++)
-        r->raw[i] = (char)(hex_val(cols[2][2 * i]) << 4 | hex_val(cols[2][2 * i + 1]));
-    if (produce(r->c, NULL, 0, r->raw, len, cols[1], cols[0]))
+    if (produce(r->c, NULL, 0, q->raw, q->raw_len, q->reason, q->origin))
         r->sent++;
     else
         r->ok = false;
@@ -163,15 +136,11 @@ static tally_err replay_row(void *ctx, int ncols, const char *const *cols)
 
 bool dlq_replay(tally_consumer *c, int32_t partition, int64_t from, int64_t to)
 {
-    char pattern[ORIGIN_MAX];
-    snprintf(pattern, sizeof pattern, "kafka:%s/%d@*", c->topic, (int)partition);
-    const char *params[] = {pattern};
+    char prefix[ORIGIN_MAX];
+    snprintf(prefix, sizeof prefix, "kafka:%s/%d@", c->topic, (int)partition);
     replay r = {.c = c, .from = from, .to = to, .ok = true};
     tally_ledger *l = shard_ledger_of(c, partition);
-    tally_err e =
-        tally_ledger_query(l, "SELECT origin, reason, hex(raw) FROM quarantine WHERE origin GLOB ?",
-                           params, 1, replay_row, &r);
-    free(r.raw);
+    tally_err e = tally_ledger_quarantine_each(l, prefix, replay_row, &r);
     if (e) {
         fprintf(stderr, "tally meter: cannot read quarantine for dead-letter replay: %s\n",
                 tally_ledger_errmsg(l));

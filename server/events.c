@@ -86,13 +86,6 @@ void srv_events_answer(srv_events_call *ec)
     srv_finish(c);
 }
 
-static tally_err reason_row(void *ctx, int ncols, const char *const *cols)
-{
-    if (ncols >= 1 && cols[0])
-        snprintf(ctx, 48, "%s", cols[0]);
-    return TALLY_OK;
-}
-
 static void origin_of(const srv_call *c, size_t i, char *out, size_t cap)
 {
     snprintf(out, cap, "http:%s:%zu", c->resp.request_id, i);
@@ -148,10 +141,10 @@ static tally_err commit(srv_call *c, tally_pipeline *p, srv_events_call *ec, con
         if (r->status == SRV_EV_QUARANTINED && !had_reason) { /* unknown_sku, no_price */
             char origin[96];
             origin_of(c, queued[k], origin, sizeof origin);
-            const char *params[] = {origin};
-            e = tally_ledger_query(c->srv->ledger,
-                                   "SELECT reason FROM quarantine WHERE origin = ?1", params, 1,
-                                   reason_row, r->reason);
+            e = tally_ledger_quarantine_reason(c->srv->ledger, origin, r->reason,
+                                               sizeof r->reason);
+            if (e == TALLY_NOT_FOUND)
+                e = TALLY_OK;
         }
     }
     free(res);

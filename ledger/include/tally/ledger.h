@@ -205,6 +205,25 @@ TALLY_MUST_CHECK tally_err tally_ledger_quarantine_counts(tally_ledger *l, int64
                                                           tally_reason_count_fn fn, void *ctx,
                                                           int64_t *max_id);
 
+/* The reason a message was quarantined with, by its origin.
+ * Errors: TALLY_NOT_FOUND, TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_quarantine_reason(tally_ledger *l, const char *origin,
+                                                          char *reason, size_t cap);
+
+/* One quarantine row; every field is borrowed for the callback only. */
+typedef struct tally_quarantine_row {
+    const char *origin, *reason;
+    const void *raw;
+    size_t raw_len;
+} tally_quarantine_row;
+typedef tally_err (*tally_quarantine_fn)(void *ctx, const tally_quarantine_row *q);
+
+/* Calls fn for every quarantine row whose origin starts with origin_prefix,
+ * oldest first; a non-OK return from fn stops and is returned.
+ * Errors: TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_quarantine_each(tally_ledger *l, const char *origin_prefix,
+                                                        tally_quarantine_fn fn, void *ctx);
+
 /* One read snapshot over several calls (BEGIN DEFERRED ... COMMIT), which
  * also takes the file locks once. Errors: TALLY_DB, TALLY_BUSY. */
 TALLY_MUST_CHECK tally_err tally_ledger_read_begin(tally_ledger *l);
