@@ -100,6 +100,7 @@ static int take_globals(cli_ctx *ctx, int *argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    tally_log_set_cb(cli_log, NULL);
     cli_ctx ctx = {0};
     ctx.db_path = getenv("TALLY_DB");
     ctx.key_path = getenv("TALLY_KEY");
