@@ -289,7 +289,8 @@ static void check_partitioner(const scale *s)
                            s->b.bootstrap),
                      0);
     int keys = 0;
-    for (char *line = strtok(out.data, "\n"); line; line = strtok(NULL, "\n")) {
+    char *save = NULL;
+    for (char *line = strtok_r(out.data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char key[64];
         int part = -1;
         if (sscanf(line, "%63s %d", key, &part) != 2)
