@@ -389,8 +389,7 @@ static void setup(scale *s)
 static void test_three_meters_one_killed(void **state)
 {
     (void)state;
-    if (!e2e_have_kcat())
-        skip();
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     int64_t t0 = e2e_ms();
     scale s;
     setup(&s);
