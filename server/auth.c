@@ -237,12 +237,14 @@ tally_err tally_apikey_create(tally_ledger *l, const char *account, bool admin, 
     hex_encode(hash, sizeof hash, hash_hex);
     if (account)
         hex_encode((const unsigned char *)account, strlen(account), acct_hex);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO api_keys(key_hash, account, admin, created_at) "
-             "VALUES (X'%s', %s%s%s, %d, %lld)",
-             hash_hex, account ? "CAST(X'" : "NULL", acct_hex, account ? "' AS TEXT)" : "",
-             admin ? 1 : 0, (long long)tally_now_s());
-    tally_err e = tally_ledger_exec(l, sql);
+    tally_err e = tally_fmt(sql, sizeof sql,
+                            "INSERT INTO api_keys(key_hash, account, admin, created_at) "
+                            "VALUES (X'%s', %s%s%s, %d, %lld)",
+                            hash_hex, account ? "CAST(X'" : "NULL", acct_hex,
+                            account ? "' AS TEXT)" : "", admin ? 1 : 0, (long long)tally_now_s());
+    if (e)
+        return e;
+    e = tally_ledger_exec(l, sql);
     if (e == TALLY_OK)
         e = tally_ledger_query(l, "SELECT last_insert_rowid()", NULL, 0, last_id_row, id_out);
     if (e != TALLY_OK)
