@@ -172,3 +172,17 @@ tally_err tally_buf_html(tally_buf *b, const char *s)
     }
     return undo_on_error(b, len0, e);
 }
+
+tally_err tally_fmt(char *buf, size_t cap, const char *fmt, ...)
+{
+    if (cap == 0)
+        return TALLY_INVAL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < cap)
+        return TALLY_OK;
+    buf[0] = '\0';
+    return n < 0 ? TALLY_INVAL : TALLY_TOO_LARGE;
+}

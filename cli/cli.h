@@ -10,6 +10,7 @@
 
 #include "tally/err.h"
 #include "tally/ledger.h"
+#include "tally/log.h"
 
 #define CLI_OK    0
 #define CLI_FAIL  1
@@ -27,6 +28,16 @@ typedef struct cli_command {
     const char *summary;                             /* one line: what it does */
     int (*run)(cli_ctx *ctx, int argc, char **argv); /* argv[0] is the name */
 } cli_command;
+
+/* The exit status for a library error, from its class (tally/err.h): 0 for
+ * TALLY_OK, CLI_USAGE for bad input, CLI_FAIL for retriable and fatal
+ * errors. Every subcommand derives its status from an error through this. */
+int cli_exit_code(tally_err e);
+/* cli_error(ctx, cli_exit_code(e), ...): the one-line message for e. */
+int cli_error_for(const cli_ctx *ctx, tally_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The library's log callback (tally/log.h): "tally <fac>: <line>" on stderr. */
+void cli_log(void *opaque, tally_log_level level, const char *fac, const char *line);
 
 /* Prints "tally <cmd>: <message>" to stderr and returns code. */
 int cli_error(const cli_ctx *ctx, int code, const char *fmt, ...)

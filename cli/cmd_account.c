@@ -34,13 +34,13 @@ int cmd_account(cli_ctx *ctx, int argc, char **argv)
         printf("account %s: currency %s, time zone %s%s%s\n", a.id, a.currency, a.timezone,
                a.name[0] ? ", name " : "", a.name);
     else if (e == TALLY_UNKNOWN_CURRENCY)
-        rc = cli_error(ctx, CLI_USAGE, "unknown currency '%s'", currency ? currency : "");
+        rc = cli_error_for(ctx, e, "unknown currency '%s'", currency ? currency : "");
     else if (e == TALLY_INVAL)
-        rc = cli_error(ctx, CLI_USAGE, "unknown time zone '%s'", tz ? tz : "");
+        rc = cli_error_for(ctx, e, "unknown time zone '%s'", tz ? tz : "");
     else if (e == TALLY_FINALIZED)
-        rc = cli_error(ctx, CLI_USAGE, "%s", tally_ledger_errmsg(l));
+        rc = cli_error_for(ctx, e, "%s", tally_ledger_errmsg(l));
     else
-        rc = cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
+        rc = cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     tally_ledger_close(l);
     return rc;
 }

@@ -17,10 +17,10 @@ static int create(cli_ctx *ctx, tally_ledger *l, const char *account, bool admin
     int64_t id = 0;
     tally_err e = tally_apikey_create(l, account, admin, key, sizeof key, &id);
     if (e == TALLY_INVAL)
-        return cli_error(ctx, CLI_USAGE, "account id must be 1-%d bytes without control characters",
-                         TALLY_NAME_MAX - 1);
+        return cli_error_for(ctx, e, "account id must be 1-%d bytes without control characters",
+                             TALLY_NAME_MAX - 1);
     if (e != TALLY_OK)
-        return cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
+        return cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     printf("%s\n", key);
     fprintf(stderr, "tally apikey: created key %lld (%s%s); it is shown only this once\n",
             (long long)id, admin ? "admin" : "account ", admin ? "" : account);
@@ -35,11 +35,11 @@ static int revoke(cli_ctx *ctx, tally_ledger *l, const char *id_text)
         return rc;
     tally_err e = tally_apikey_revoke(l, id);
     if (e == TALLY_NOT_FOUND)
-        return cli_error(ctx, CLI_USAGE, "no key %lld", (long long)id);
+        return cli_error_for(ctx, e, "no key %lld", (long long)id);
     if (e == TALLY_EXISTS)
-        return cli_error(ctx, CLI_USAGE, "key %lld is already revoked", (long long)id);
+        return cli_error_for(ctx, e, "key %lld is already revoked", (long long)id);
     if (e != TALLY_OK)
-        return cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
+        return cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     printf("revoked key %lld\n", (long long)id);
     return CLI_OK;
 }
@@ -61,7 +61,7 @@ static int list(cli_ctx *ctx, tally_ledger *l)
     printf("%-6s %-7s %-24s %-21s %s\n", "ID", "ROLE", "ACCOUNT", "CREATED", "REVOKED");
     tally_err e = tally_apikey_list(l, print_key, NULL);
     if (e != TALLY_OK)
-        return cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
+        return cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     return CLI_OK;
 }
 

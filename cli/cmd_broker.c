@@ -108,7 +108,7 @@ int cmd_broker(cli_ctx *ctx, int argc, char **argv)
     char why[256] = "";
     tally_err e = tally_broker_create(&o, &b, why, sizeof why);
     if (e)
-        return cli_error(ctx, e == TALLY_INVAL ? CLI_USAGE : CLI_FAIL, "%s", why);
+        return cli_error_for(ctx, e, "%s", why[0] ? why : tally_err_str(e));
     printf("%s\n", tally_broker_bootstrap(b));
     fflush(stdout);
 

@@ -38,11 +38,11 @@ int cmd_commit(cli_ctx *ctx, int argc, char **argv)
     if (e == TALLY_OK)
         printf("%lld\n", (long long)id);
     else if (e == TALLY_NO_PRICE || e == TALLY_NOT_FOUND)
-        rc = cli_error(ctx, CLI_USAGE, "sku '%s' has no reserved price", sku);
+        rc = cli_error_for(ctx, e, "sku '%s' has no reserved price", sku);
     else if (e == TALLY_INVAL)
-        rc = cli_error(ctx, CLI_USAGE, "invalid commitment for account '%s'", pos[1]);
+        rc = cli_error_for(ctx, e, "invalid commitment for account '%s'", pos[1]);
     else
-        rc = cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
+        rc = cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     tally_ledger_close(l);
     return rc;
 }

@@ -53,7 +53,7 @@ static int grant_currency(cli_ctx *ctx, tally_ledger *l, const char *account, co
     if (e == TALLY_UNKNOWN_CURRENCY)
         return cli_error(ctx, CLI_USAGE, "no rate card loaded: give --currency or run tally init");
     if (e)
-        return cli_error(ctx, CLI_FAIL, "account %s: %s", account, tally_err_str(e));
+        return cli_error_for(ctx, e, "account %s: %s", account, tally_err_str(e));
     if (!out[0])
         return cli_error(ctx, CLI_USAGE, "no rate card loaded: give --currency or run tally init");
     return CLI_OK;
@@ -105,8 +105,7 @@ int cmd_credit(cli_ctx *ctx, int argc, char **argv)
     if (e == TALLY_OK)
         printf("%lld\n", (long long)id);
     else
-        rc = cli_error(ctx, e == TALLY_DB || e == TALLY_IO ? CLI_FAIL : CLI_USAGE, "%s",
-                       msg[0] ? msg : tally_err_str(e));
+        rc = cli_error_for(ctx, e, "%s", msg[0] ? msg : tally_err_str(e));
 out:
     tally_ledger_close(l);
     return rc;

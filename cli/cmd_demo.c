@@ -39,7 +39,8 @@ typedef struct demo {
 static int make_out_dir(demo *d, const char *wanted)
 {
     if (wanted) {
-        snprintf(d->out, sizeof d->out, "%s", wanted);
+        if (tally_fmt(d->out, sizeof d->out, "%s", wanted) != TALLY_OK)
+            return cli_error(d->ctx, CLI_USAGE, "--out: path too long");
     } else {
         time_t now = time(NULL);
         struct tm tm;
@@ -51,8 +52,9 @@ static int make_out_dir(demo *d, const char *wanted)
     if (mkdir(d->out, 0755) != 0)
         return cli_error(d->ctx, CLI_USAGE, "cannot create a fresh output folder %s: %s", d->out,
                          errno == EEXIST ? "it already exists" : strerror(errno));
-    snprintf(d->db, sizeof d->db, "%s/tally.db", d->out);
-    snprintf(d->key, sizeof d->key, "%s/tally.key", d->out);
+    if (tally_fmt(d->db, sizeof d->db, "%s/tally.db", d->out) != TALLY_OK ||
+        tally_fmt(d->key, sizeof d->key, "%s/tally.key", d->out) != TALLY_OK)
+        return cli_error(d->ctx, CLI_USAGE, "--out: path too long");
     return CLI_OK;
 }
 

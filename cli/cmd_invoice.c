@@ -126,12 +126,6 @@ static void on_progress(void *ctx, size_t done, size_t total)
     v->drawn = true;
 }
 
-static int run_exit(const cli_ctx *ctx, tally_err e, const char *why)
-{
-    int code = (e == TALLY_INVAL || e == TALLY_NOT_FOUND) ? CLI_USAGE : CLI_FAIL;
-    return cli_error(ctx, code, "%s", why[0] ? why : tally_err_str(e));
-}
-
 static int sub_run(cli_ctx *ctx, int argc, char **argv)
 {
     const char *period = NULL, *out = NULL, *account = NULL;
@@ -166,7 +160,7 @@ static int sub_run(cli_ctx *ctx, int argc, char **argv)
     tally_err e = tally_invoice_run(l, &o, why, sizeof why);
     clear_bar(&v);
     if (e)
-        rc = run_exit(ctx, e, why);
+        rc = cli_error_for(ctx, e, "%s", why[0] ? why : tally_err_str(e));
     else if (v.count == 0)
         fprintf(stderr, "tally invoice: nothing to invoice for %s\n", period);
     tally_ledger_close(l);
@@ -175,20 +169,21 @@ static int sub_run(cli_ctx *ctx, int argc, char **argv)
 
 /* ---- show, void, list ---------------------------------------------------------- */
 
-/* Bad input (an unknown id, format or account) exits 2, the rest 1. */
+/* Bad input (an unknown id, format or account, voiding twice) exits 2, the
+ * rest 1 (cli_exit_code). */
 static int lib_error(const cli_ctx *ctx, tally_ledger *l, tally_err e, const char *id)
 {
     switch (e) {
     case TALLY_NOT_FOUND:
-        return cli_error(ctx, CLI_USAGE, "no invoice, credit note or draft '%s'", id);
+        return cli_error_for(ctx, e, "no invoice, credit note or draft '%s'", id);
     case TALLY_INVAL:
-        return cli_error(ctx, CLI_USAGE, "invalid request for '%s'", id);
+        return cli_error_for(ctx, e, "invalid request for '%s'", id);
     case TALLY_FINALIZED:
-        return cli_error(ctx, CLI_FAIL, "%s is already void or is a credit note", id);
+        return cli_error_for(ctx, e, "%s is already void or is a credit note", id);
     case TALLY_CRYPTO:
-        return cli_error(ctx, CLI_FAIL, "signing key %s is missing or unusable", ctx->key_path);
+        return cli_error_for(ctx, e, "signing key %s is missing or unusable", ctx->key_path);
     default:
-        return cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
+        return cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     }
 }
 

@@ -22,12 +22,12 @@ int cmd_keygen(cli_ctx *ctx, int argc, char **argv)
     }
     tally_err e = tally_keygen(ctx->key_path, force);
     if (e == TALLY_EXISTS)
-        return cli_error(ctx, CLI_FAIL,
-                         "%s already exists; invoices signed with it could no longer be "
-                         "checked with a new key (use --force to replace it anyway)",
-                         ctx->key_path);
+        return cli_error_for(ctx, e,
+                             "%s already exists; invoices signed with it could no longer be "
+                             "checked with a new key (use --force to replace it anyway)",
+                             ctx->key_path);
     if (e != TALLY_OK)
-        return cli_error(ctx, CLI_FAIL, "cannot create %s: %s", ctx->key_path, tally_err_str(e));
+        return cli_error_for(ctx, e, "cannot create %s: %s", ctx->key_path, tally_err_str(e));
     printf("created signing key %s (Ed25519, mode 0600); export it with 'tally pubkey'\n",
            ctx->key_path);
     return CLI_OK;

@@ -145,7 +145,7 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
     char why[512] = "";
     tally_err e = tally_consumer_create(l, &o, &c, why, sizeof why);
     if (e) {
-        rc = cli_error(ctx, e == TALLY_INVAL ? CLI_USAGE : CLI_FAIL, "%s", why);
+        rc = cli_error_for(ctx, e, "%s", why[0] ? why : tally_err_str(e));
         goto out_ledger;
     }
     progress_state ps = {0};
@@ -153,7 +153,7 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
     tally_consumer_stats st;
     tally_consumer_stats_get(c, &st);
     tally_consumer_destroy(c);
-    if (e) {
+    if (e) { /* a run that started and stopped failed, whatever the cause */
         rc = cli_error(ctx, CLI_FAIL, "stopped: %s", tally_err_str(e));
         goto out_ledger;
     }

@@ -18,11 +18,10 @@ int cmd_pubkey(cli_ctx *ctx, int argc, char **argv)
     tally_err e = tally_pubkey_pem(ctx->key_path, &pem);
     int rc = CLI_OK;
     if (e == TALLY_NOT_FOUND)
-        rc = cli_error(ctx, CLI_FAIL, "no signing key at %s (create one with 'tally keygen')",
-                       ctx->key_path);
+        rc = cli_error_for(ctx, e, "no signing key at %s (create one with 'tally keygen')",
+                           ctx->key_path);
     else if (e != TALLY_OK)
-        rc = cli_error(ctx, CLI_FAIL, "%s is not an Ed25519 key: %s", ctx->key_path,
-                       tally_err_str(e));
+        rc = cli_error_for(ctx, e, "%s is not an Ed25519 key: %s", ctx->key_path, tally_err_str(e));
     else if (fwrite(pem.data, 1, pem.len, stdout) != pem.len || fflush(stdout) != 0)
         rc = cli_error(ctx, CLI_FAIL, "cannot write to stdout");
     tally_buf_release(&pem);

@@ -136,7 +136,7 @@ int cmd_publish(cli_ctx *ctx, int argc, char **argv)
     char why[512] = "";
     tally_err e = tally_publisher_create(l, &o, &p, why, sizeof why);
     if (e) {
-        rc = cli_error(ctx, e == TALLY_INVAL ? CLI_USAGE : CLI_FAIL, "%s", why);
+        rc = cli_error_for(ctx, e, "%s", why[0] ? why : tally_err_str(e));
         goto out_ledger;
     }
     progress_state ps = {0, 0, -1};
@@ -144,7 +144,7 @@ int cmd_publish(cli_ctx *ctx, int argc, char **argv)
     tally_publish_stats st;
     tally_publisher_stats_get(p, &st);
     tally_publisher_destroy(p);
-    if (e) {
+    if (e) { /* a run that started and stopped failed, whatever the cause */
         rc = cli_error(ctx, CLI_FAIL, "stopped: %s%s%s", tally_err_str(e),
                        e == TALLY_DB || e == TALLY_IO || e == TALLY_BUSY ? ": " : "",
                        e == TALLY_DB || e == TALLY_IO || e == TALLY_BUSY ? tally_ledger_errmsg(l)

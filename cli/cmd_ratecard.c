@@ -29,8 +29,7 @@ int cmd_ratecard(cli_ctx *ctx, int argc, char **argv)
     else if (e == TALLY_EXISTS)
         printf("rate card from %s was already loaded\n", argv[2]);
     else
-        rc = cli_error(ctx, e == TALLY_DB || e == TALLY_IO ? CLI_FAIL : CLI_USAGE, "%s: %s",
-                       argv[2], why[0] ? why : tally_err_str(e));
+        rc = cli_error_for(ctx, e, "%s: %s", argv[2], why[0] ? why : tally_err_str(e));
     tally_ledger_close(l);
 out_json:
     free(json);

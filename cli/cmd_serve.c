@@ -53,8 +53,7 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv)
     if (e == TALLY_OK)
         e = tally_server_listen(s, listen, bound, sizeof bound, why, sizeof why);
     if (e != TALLY_OK) {
-        rc = cli_error(ctx, e == TALLY_INVAL ? CLI_USAGE : CLI_FAIL, "%s",
-                       why[0] ? why : tally_err_str(e));
+        rc = cli_error_for(ctx, e, "%s", why[0] ? why : tally_err_str(e));
         goto out;
     }
     printf("%s\n", bound);

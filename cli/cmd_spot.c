@@ -35,11 +35,11 @@ int cmd_spot(cli_ctx *ctx, int argc, char **argv)
     if (e == TALLY_OK)
         printf("spot price of %s is %s from %s\n", pos[1], pos[2], from);
     else if (e == TALLY_NOT_FOUND)
-        rc = cli_error(ctx, CLI_USAGE, "unknown sku '%s'", pos[1]);
+        rc = cli_error_for(ctx, e, "unknown sku '%s'", pos[1]);
     else if (e == TALLY_NO_PRICE)
-        rc = cli_error(ctx, CLI_USAGE, "sku '%s' has no spot pricing", pos[1]);
+        rc = cli_error_for(ctx, e, "sku '%s' has no spot pricing", pos[1]);
     else
-        rc = cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
+        rc = cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     tally_ledger_close(l);
     return rc;
 }

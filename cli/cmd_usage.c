@@ -52,11 +52,11 @@ int cmd_usage(cli_ctx *ctx, int argc, char **argv)
     if (e == TALLY_OK)
         printf("%s\n", out.data);
     else if (e == TALLY_NOT_FOUND)
-        rc = cli_error(ctx, CLI_USAGE, "unknown account '%s'", pos[0]);
+        rc = cli_error_for(ctx, e, "unknown account '%s'", pos[0]);
     else if (e == TALLY_INVAL)
-        rc = cli_error(ctx, CLI_USAGE, "range too long for --by day (at most 400 days)");
+        rc = cli_error_for(ctx, e, "range too long for --by day (at most 400 days)");
     else
-        rc = cli_error(ctx, CLI_FAIL, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
+        rc = cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     tally_buf_release(&out);
     tally_ledger_close(l);
     return rc;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tally/version.h"
 
 const cli_command cli_commands[] = {
     {"demo", "[--out DIR] [--emit-ndjson]",
@@ -55,7 +56,8 @@ const cli_command *cli_find(const char *name)
 
 static void print_help(FILE *f)
 {
-    fprintf(f, "usage: tally [--db PATH] [--key PATH] COMMAND [ARGS]\n\n"
+    fprintf(f, "usage: tally [--db PATH] [--key PATH] COMMAND [ARGS]\n"
+               "       tally --version\n\n"
                "Metering and billing for GPU/TPU rental clouds.\n\n"
                "Global options:\n"
                "  --db PATH   ledger file (default $TALLY_DB or ./tally.db)\n"
@@ -100,6 +102,7 @@ static int take_globals(cli_ctx *ctx, int *argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    tally_log_set_cb(cli_log, NULL);
     cli_ctx ctx = {0};
     ctx.db_path = getenv("TALLY_DB");
     ctx.key_path = getenv("TALLY_KEY");
@@ -114,6 +117,10 @@ int main(int argc, char **argv)
         strcmp(argv[1], "help") == 0) {
         print_help(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("tally %s\n", tally_version_str());
+        return CLI_OK;
     }
     const cli_command *c = cli_find(argv[1]);
     if (!c) {

@@ -8,15 +8,36 @@
 #include "tally/buf.h"
 #include "tally/event.h"
 
+static void vcli_error(const cli_ctx *ctx, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "tally %s: ", ctx->cmd ? ctx->cmd : "");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 int cli_error(const cli_ctx *ctx, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "tally %s: ", ctx->cmd ? ctx->cmd : "");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vcli_error(ctx, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int cli_error_for(const cli_ctx *ctx, tally_err e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vcli_error(ctx, fmt, ap);
+    va_end(ap);
+    return cli_exit_code(e);
+}
+
+void cli_log(void *opaque, tally_log_level level, const char *fac, const char *line)
+{
+    (void)opaque;
+    (void)level; /* every line the library logs is worth an operator's eye */
+    fprintf(stderr, "tally %s: %s\n", fac, line);
 }
 
 void cli_usage(const cli_ctx *ctx, bool to_stderr)
@@ -45,8 +66,8 @@ int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out)
     char why[256] = "";
     tally_err e = tally_ledger_open(ctx->db_path, out, why, sizeof why);
     if (e)
-        return cli_error(ctx, CLI_FAIL, "cannot open ledger %s: %s", ctx->db_path,
-                         why[0] ? why : tally_err_str(e));
+        return cli_error_for(ctx, e, "cannot open ledger %s: %s", ctx->db_path,
+                             why[0] ? why : tally_err_str(e));
     return CLI_OK;
 }
 

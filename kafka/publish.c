@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "tally/kafka_conf.h"
+#include "tally/buf.h"
 #include "tally/outbox.h"
 #include "tally/publish.h"
 
@@ -162,8 +163,11 @@ static tally_err check_opts(tally_publisher *p, const tally_publish_opts *o, cha
         snprintf(why, cap, "idle time, deadline, message timeout or backoff out of range");
         return TALLY_INVAL;
     }
-    snprintf(p->brokers, sizeof p->brokers, "%s", o->brokers);
-    snprintf(p->topic, sizeof p->topic, "%s", topic);
+    if (tally_fmt(p->brokers, sizeof p->brokers, "%s", o->brokers) != TALLY_OK ||
+        tally_fmt(p->topic, sizeof p->topic, "%s", topic) != TALLY_OK) {
+        snprintf(why, cap, "broker list or topic name too long");
+        return TALLY_INVAL;
+    }
     p->o.brokers = p->brokers;
     p->o.topic = p->topic;
     return TALLY_OK;

@@ -228,7 +228,10 @@ tally_err tally_batch_set_offset(tally_batch *b, const char *topic, int32_t part
         b->offsets_alloc = n;
     }
     batch_offset *o = &b->offsets[b->n_offsets++];
-    snprintf(o->topic, sizeof o->topic, "%s", topic);
+    if (tally_fmt(o->topic, sizeof o->topic, "%s", topic) != TALLY_OK) {
+        b->n_offsets--; /* a cut topic would store another topic's offset */
+        return TALLY_TOO_LARGE;
+    }
     o->partition = partition;
     o->expected_next = expected_next;
     o->new_next = new_next;

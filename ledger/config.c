@@ -54,7 +54,8 @@ static bool valid_timezone(const char *tz)
         return false;
     const char *dir = getenv("TZDIR");
     char path[512], magic[4];
-    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : ZONEINFO_DIR, tz);
+    if (tally_fmt(path, sizeof path, "%s/%s", dir && *dir ? dir : ZONEINFO_DIR, tz) != TALLY_OK)
+        return false; /* a cut path would name another zone */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;

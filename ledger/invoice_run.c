@@ -169,10 +169,13 @@ static tally_err save_draft(run *r, const tally_account *a, const tally_rating_r
 {
     inv_doc d;
     doc_from(r, a, res, &d);
-    snprintf(s->invoice_id, sizeof s->invoice_id, "draft:%s:%s", a->id, r->o->period);
+    tally_err e =
+        tally_fmt(s->invoice_id, sizeof s->invoice_id, "draft:%s:%s", a->id, r->o->period);
+    if (e)
+        return e;
     d.invoice_id = s->invoice_id;
     tally_buf_reset(&r->doc);
-    tally_err e = inv_doc_json(&d, NULL, &r->doc, NULL, NULL);
+    e = inv_doc_json(&d, NULL, &r->doc, NULL, NULL);
     if (e)
         return e;
     sqlite3_stmt *st;

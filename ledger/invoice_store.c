@@ -200,7 +200,8 @@ static tally_err add_posting(ledger_posting *p, size_t *n, size_t cap, const cha
     if (i == *n) {
         if (*n == cap)
             return TALLY_INTERNAL;
-        snprintf(p[i].acct, sizeof p[i].acct, "%s", acct);
+        if (tally_fmt(p[i].acct, sizeof p[i].acct, "%s", acct) != TALLY_OK)
+            return TALLY_TOO_LARGE;
         p[i].amount_minor = 0;
         (*n)++;
     }
@@ -223,16 +224,19 @@ tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d)
     for (size_t i = 0; !e && i < d->n_lines; i++) {
         const tally_line *ln = &d->lines[i];
         if (ln->kind == TALLY_LINE_INSURANCE)
-            snprintf(acct, sizeof acct, "insurance:waivers");
+            e = tally_fmt(acct, sizeof acct, "insurance:waivers");
         else
-            snprintf(acct, sizeof acct, "revenue:%s", tally_meter_name(ln->meter));
-        e = add_posting(p, &n, cap, acct, -ln->amount_minor);
+            e = tally_fmt(acct, sizeof acct, "revenue:%s", tally_meter_name(ln->meter));
+        if (!e)
+            e = add_posting(p, &n, cap, acct, -ln->amount_minor);
     }
     for (size_t c = 0; !e && c < d->n_credits; c++) {
-        snprintf(acct, sizeof acct, "grant:%lld", (long long)d->credits[c].grant_id);
-        e = add_posting(p, &n, cap, acct, d->credits[c].amount_minor);
+        e = tally_fmt(acct, sizeof acct, "grant:%lld", (long long)d->credits[c].grant_id);
+        if (!e)
+            e = add_posting(p, &n, cap, acct, d->credits[c].amount_minor);
     }
-    snprintf(acct, sizeof acct, "receivable:%s", d->account);
+    if (!e)
+        e = tally_fmt(acct, sizeof acct, "receivable:%s", d->account);
     if (!e)
         e = add_posting(p, &n, cap, acct, d->amount_due_minor);
     if (!e)

@@ -351,8 +351,13 @@ tally_err tally_shard_acquire(tally_shard_set *s, const char *topic, int32_t par
         free(sh);
         return TALLY_INVAL;
     }
-    snprintf(sh->topic, sizeof sh->topic, "%s", topic);
-    tally_err e = shard_path(sh, SHARD_LOCK_SUFFIX, path, sizeof path);
+    tally_err e = tally_fmt(sh->topic, sizeof sh->topic, "%s", topic);
+    if (e) {
+        snprintf(why, cap, "topic name too long");
+        free(sh);
+        return e;
+    }
+    e = shard_path(sh, SHARD_LOCK_SUFFIX, path, sizeof path);
     if (!e)
         e = shard_lock_take(path, wait_ms, &sh->lock_fd, why, cap);
     if (!e)

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "consumer_int.h"
+#include "tally/log.h"
 
 #define DEFAULT_GROUP        "tally-meter"
 #define DEFAULT_BATCH_EVENTS 10000
@@ -207,7 +208,7 @@ void tally_consumer_destroy(tally_consumer *c)
     }
     if (c->dlq) {
         if (rd_kafka_flush(c->dlq, DLQ_FLUSH_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
-            fprintf(stderr, "tally meter: some dead-letter copies were not delivered\n");
+            tally_log(TALLY_LOG_WARNING, "meter", "some dead-letter copies were not delivered");
         rd_kafka_destroy(c->dlq);
     }
     tally_batch_destroy(c->b);
@@ -232,7 +233,7 @@ static void on_error(tally_consumer *c, const rd_kafka_message_t *m)
 {
     char errstr[512];
     if (rd_kafka_fatal_error(c->rk, errstr, sizeof errstr)) {
-        fprintf(stderr, "tally meter: fatal kafka error: %s\n", errstr);
+        tally_log(TALLY_LOG_ERR, "meter", "fatal kafka error: %s", errstr);
         c->fatal = TALLY_KAFKA;
         return;
     }
@@ -240,7 +241,7 @@ static void on_error(tally_consumer *c, const rd_kafka_message_t *m)
     if (now - c->last_error_ms < ERROR_REPORT_MS)
         return;
     c->last_error_ms = now;
-    fprintf(stderr, "tally meter: kafka: %s\n", rd_kafka_message_errstr(m));
+    tally_log(TALLY_LOG_ERR, "meter", "kafka: %s", rd_kafka_message_errstr(m));
 }
 
 static tally_err add_off(chunk *k, int32_t partition)
@@ -264,10 +265,10 @@ static void warn_behind(tally_consumer *c, part *p, const rd_kafka_message_t *m)
     if (p->warned_behind)
         return;
     p->warned_behind = true;
-    fprintf(stderr,
-            "tally meter: %s/%d: offset %lld is behind the ledger's %lld (topic recreated?); "
-            "skipping to the ledger's offset\n",
-            c->topic, (int)m->partition, (long long)m->offset, (long long)p->next);
+    tally_log(TALLY_LOG_WARNING, "meter",
+              "%s/%d: offset %lld is behind the ledger's %lld (topic recreated?); "
+              "skipping to the ledger's offset",
+              c->topic, (int)m->partition, (long long)m->offset, (long long)p->next);
 }
 
 /* A chunk that must be committed before it takes anything more. */
@@ -288,7 +289,7 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
     if (!p || !p->assigned)
         return;
     if (chunk_full(k)) { /* consume_once never polls into a full chunk */
-        fprintf(stderr, "tally meter: internal error: message past a full batch\n");
+        tally_log(TALLY_LOG_ERR, "meter", "internal error: message past a full batch");
         c->fatal = TALLY_INTERNAL;
         return;
     }
@@ -394,7 +395,7 @@ tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
     rd_kafka_resp_err_t err = rd_kafka_subscribe(c->rk, sub);
     rd_kafka_topic_partition_list_destroy(sub);
     if (err) {
-        fprintf(stderr, "tally meter: subscribe failed: %s\n", rd_kafka_err2str(err));
+        tally_log(TALLY_LOG_ERR, "meter", "subscribe failed: %s", rd_kafka_err2str(err));
         return TALLY_KAFKA;
     }
     if (pipeline_start(c))

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "consumer_int.h"
+#include "tally/log.h"
 
 tally_err chunk_init(chunk *k, size_t cap)
 {
@@ -222,12 +223,12 @@ static void finish(tally_consumer *c, chunk *k)
         group_commit_kafka(c, k);
     } else if (k->err == TALLY_STALE || k->err == TALLY_BUSY) {
         c->st.stale++;
-        fprintf(stderr, "tally meter: batch dropped (%s); resuming from the ledger's offsets\n",
-                tally_err_name(k->err));
+        tally_log(TALLY_LOG_WARNING, "meter",
+                  "batch dropped (%s); resuming from the ledger's offsets", tally_err_name(k->err));
         group_resync(c);
     } else {
-        fprintf(stderr, "tally meter: commit failed: %s (%s)\n", tally_err_str(k->err),
-                c->o.shards ? "see above" : tally_ledger_errmsg(c->l));
+        tally_log(TALLY_LOG_ERR, "meter", "commit failed: %s (%s)", tally_err_str(k->err),
+                  c->o.shards ? "see above" : tally_ledger_errmsg(c->l));
         c->fatal = k->err;
     }
     k->n_offs = 0;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "consumer_int.h"
+#include "tally/log.h"
 
 #define DLQ_RETRIES  50 /* x 100 ms while the producer's queue is full */
 #define DLQ_FLUSH_MS 10000
@@ -32,13 +33,13 @@ static bool produce(tally_consumer *c, const void *key, size_t key_len, const vo
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
             return true;
         if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-            fprintf(stderr, "tally meter: dead-letter copy of %s failed: %s\n", origin,
-                    rd_kafka_err2str(err));
+            tally_log(TALLY_LOG_ERR, "meter", "dead-letter copy of %s failed: %s", origin,
+                      rd_kafka_err2str(err));
             return false;
         }
         rd_kafka_poll(c->dlq, 100);
     }
-    fprintf(stderr, "tally meter: dead-letter copy of %s failed: queue full\n", origin);
+    tally_log(TALLY_LOG_ERR, "meter", "dead-letter copy of %s failed: queue full", origin);
     return false;
 }
 
@@ -46,7 +47,8 @@ static bool flush(tally_consumer *c)
 {
     if (rd_kafka_flush(c->dlq, DLQ_FLUSH_MS) == RD_KAFKA_RESP_ERR_NO_ERROR && c->dlq_failures == 0)
         return true;
-    fprintf(stderr, "tally meter: dead-letter copies not confirmed; they will be sent again\n");
+    tally_log(TALLY_LOG_WARNING, "meter",
+              "dead-letter copies not confirmed; they will be sent again");
     c->dlq_failures = 0;
     return false;
 }
@@ -76,8 +78,8 @@ static void stored_reason(tally_consumer *c, int32_t partition, const char *orig
     if (e == TALLY_NOT_FOUND)
         snprintf(reason, REASON_MAX, "quarantined");
     else if (e)
-        fprintf(stderr, "tally meter: cannot read the quarantine reason of %s: %s\n", origin,
-                tally_ledger_errmsg(l));
+        tally_log(TALLY_LOG_ERR, "meter", "cannot read the quarantine reason of %s: %s", origin,
+                  tally_ledger_errmsg(l));
 }
 
 void dlq_chunk(tally_consumer *c, chunk *k)
@@ -142,8 +144,8 @@ bool dlq_replay(tally_consumer *c, int32_t partition, int64_t from, int64_t to)
     tally_ledger *l = shard_ledger_of(c, partition);
     tally_err e = tally_ledger_quarantine_each(l, prefix, replay_row, &r);
     if (e) {
-        fprintf(stderr, "tally meter: cannot read quarantine for dead-letter replay: %s\n",
-                tally_ledger_errmsg(l));
+        tally_log(TALLY_LOG_ERR, "meter", "cannot read quarantine for dead-letter replay: %s",
+                  tally_ledger_errmsg(l));
         return false;
     }
     c->st.dlq += r.sent;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "consumer_int.h"
+#include "tally/log.h"
 
 part *group_part(tally_consumer *c, int32_t partition)
 {
@@ -52,10 +53,10 @@ static void replay_dlq(tally_consumer *c, const rd_kafka_topic_partition_list_t 
             c->parts[list->elems[i].partition].kafka_hold = true;
     }
     if (err)
-        fprintf(stderr,
-                "tally meter: cannot read committed offsets (%s); dead-letter copies of "
-                "earlier runs are not re-sent\n",
-                rd_kafka_err2str(err));
+        tally_log(TALLY_LOG_WARNING, "meter",
+                  "cannot read committed offsets (%s); dead-letter copies of "
+                  "earlier runs are not re-sent",
+                  rd_kafka_err2str(err));
     rd_kafka_topic_partition_list_destroy(kafka);
 }
 
@@ -85,8 +86,8 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
         tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
     }
     if (e) {
-        fprintf(stderr, "tally meter: cannot read stored offsets: %s (%s)\n", tally_err_str(e),
-                tally_ledger_errmsg(c->l));
+        tally_log(TALLY_LOG_ERR, "meter", "cannot read stored offsets: %s (%s)", tally_err_str(e),
+                  tally_ledger_errmsg(c->l));
         c->fatal = e;
         unassign_all(c);
         (void)rd_kafka_assign(c->rk, NULL);
@@ -96,7 +97,7 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
         replay_dlq(c, list);
     rd_kafka_resp_err_t err = rd_kafka_assign(c->rk, list);
     if (err) {
-        fprintf(stderr, "tally meter: assign failed: %s\n", rd_kafka_err2str(err));
+        tally_log(TALLY_LOG_ERR, "meter", "assign failed: %s", rd_kafka_err2str(err));
         c->fatal = TALLY_KAFKA;
         unassign_all(c);
         return;
@@ -139,7 +140,7 @@ void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         return;
     }
     if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && err != RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
-        fprintf(stderr, "tally meter: rebalance error: %s\n", rd_kafka_err2str(err));
+        tally_log(TALLY_LOG_ERR, "meter", "rebalance error: %s", rd_kafka_err2str(err));
     commit_kafka_sync(c);
     unassign_all(c);
     (void)rd_kafka_assign(c->rk, NULL);

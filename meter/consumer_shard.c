@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "consumer_int.h"
+#include "tally/log.h"
 
 #define LOCK_TRY_MS    1000  /* one wait for a lock, between checks for a stop */
 #define LOCK_NOTE_MS   10000 /* how often a long wait is reported */
@@ -46,13 +47,13 @@ tally_err shard_take(tally_consumer *c, int32_t partition, int64_t *next)
            !give_up(c)) {
         int64_t now = cons_now_ms();
         if (now - noted >= LOCK_NOTE_MS) {
-            fprintf(stderr, "tally meter: waiting %llds for %s\n", (long long)(now - since) / 1000,
-                    why);
+            tally_log(TALLY_LOG_WARNING, "meter", "waiting %llds for %s",
+                      (long long)(now - since) / 1000, why);
             noted = now;
         }
     }
     if (e) {
-        fprintf(stderr, "tally meter: cannot take partition %d: %s\n", (int)partition, why);
+        tally_log(TALLY_LOG_ERR, "meter", "cannot take partition %d: %s", (int)partition, why);
         return e;
     }
     return tally_ledger_offset_get(tally_shard_ledger(sh), c->topic, partition, next);
@@ -116,8 +117,8 @@ static void run_job(part_job *j)
     else
         j->err = tally_batch_commit(j->b, &j->st, j->res);
     if (j->err && j->err != TALLY_STALE && j->err != TALLY_BUSY)
-        fprintf(stderr, "tally meter: shard of partition %d: %s\n", (int)j->o->partition,
-                tally_ledger_errmsg(tally_shard_ledger(j->sh)));
+        tally_log(TALLY_LOG_ERR, "meter", "shard of partition %d: %s", (int)j->o->partition,
+                  tally_ledger_errmsg(tally_shard_ledger(j->sh)));
 }
 
 static void *commit_worker(void *arg)
@@ -164,16 +165,16 @@ static tally_err plan_jobs(tally_consumer *c, chunk *k, part_job *jobs, tally_ev
         *j = (part_job){.c = c, .k = k, .o = &k->offs[i], .res = res + base};
         j->sh = tally_shard_find(c->o.shards, c->topic, j->o->partition);
         if (!j->sh) {
-            fprintf(stderr, "tally meter: internal error: partition %d has no shard\n",
-                    (int)j->o->partition);
+            tally_log(TALLY_LOG_ERR, "meter", "internal error: partition %d has no shard",
+                      (int)j->o->partition);
             return TALLY_INTERNAL;
         }
         tally_err e = tally_shard_batch(j->sh, &j->b);
         if (!e)
             e = tally_shard_prepare(j->sh);
         if (e) {
-            fprintf(stderr, "tally meter: shard of partition %d: %s\n", (int)j->o->partition,
-                    tally_ledger_errmsg(tally_shard_ledger(j->sh)));
+            tally_log(TALLY_LOG_ERR, "meter", "shard of partition %d: %s", (int)j->o->partition,
+                      tally_ledger_errmsg(tally_shard_ledger(j->sh)));
             return e;
         }
         for (size_t n = 0; n < k->n; n++)

@@ -117,10 +117,8 @@ srv_outcome srv_h_credit_grant(srv_call *c)
     char msg[256] = "";
     int64_t id = 0;
     tally_err e = tally_ledger_grant_add(c->srv->ledger, &g, &id, msg, sizeof msg);
-    if (e == TALLY_CURRENCY_MISMATCH || e == TALLY_INVAL || e == TALLY_PARSE)
-        srv_fail(c, e == TALLY_CURRENCY_MISMATCH ? 409 : 400,
-                 e == TALLY_CURRENCY_MISMATCH ? "currency_mismatch" : "bad_request", "%s",
-                 msg[0] ? msg : tally_err_str(e));
+    if (e != TALLY_OK && tally_err_is_input(e))
+        srv_fail_why(c, e, msg);
     else if (e != TALLY_OK)
         srv_fail_err(c, e, "granting the credit");
     else

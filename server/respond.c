@@ -1,9 +1,10 @@
-/* Building answers: JSON error bodies and the mapping of ledger errors to
- * HTTP statuses. */
+/* Building answers: JSON error bodies and the one mapping of errors to HTTP
+ * statuses (srv_http_status). */
 #include <stdarg.h>
 #include <stdio.h>
 
 #include "server_int.h"
+#include "tally/log.h"
 
 const char srv_type_json[] = "application/json";
 
@@ -39,16 +40,13 @@ srv_outcome srv_fail_nomem(srv_call *c)
     return srv_fail(c, 503, "unavailable", "out of memory");
 }
 
-/* HTTP status and code per ledger error; anything else is 500. */
+/* Bad input's status and code where it is not 400 "bad_request". */
 static const struct {
     tally_err err;
     int status;
     const char *code;
-} err_map[] = {
+} input_map[] = {
     {TALLY_NOT_FOUND, 404, "not_found"},
-    {TALLY_INVAL, 400, "bad_request"},
-    {TALLY_PARSE, 400, "bad_request"},
-    {TALLY_RANGE, 400, "bad_request"},
     {TALLY_OVERFLOW, 400, "overflow"},
     {TALLY_TOO_LARGE, 413, "too_large"},
     {TALLY_UNKNOWN_CURRENCY, 400, "unknown_currency"},
@@ -57,22 +55,50 @@ static const struct {
     {TALLY_FINALIZED, 409, "finalized"},
     {TALLY_EXISTS, 409, "exists"},
     {TALLY_EXISTS_DIFFERENT, 409, "conflict"},
-    {TALLY_BUSY, 503, "busy"},
-    {TALLY_STALE, 503, "busy"},
-    {TALLY_NOMEM, 503, "unavailable"},
-    {TALLY_IO, 503, "unavailable"},
+    {TALLY_AUTH, 403, "forbidden"},
 };
+
+int srv_http_status(tally_err e, const char **code)
+{
+    switch (tally_err_class_of(e)) {
+    case TALLY_ERR_CLASS_INPUT:
+        for (size_t i = 0; i < sizeof input_map / sizeof *input_map; i++)
+            if (input_map[i].err == e) {
+                *code = input_map[i].code;
+                return input_map[i].status;
+            }
+        *code = "bad_request";
+        return 400;
+    case TALLY_ERR_CLASS_RETRIABLE:
+        *code = e == TALLY_BUSY || e == TALLY_STALE ? "busy" : "unavailable";
+        return 503;
+    case TALLY_ERR_CLASS_NONE: /* not a failure: a caller's bug */
+    case TALLY_ERR_CLASS_FATAL:
+        break;
+    }
+    *code = "internal";
+    return 500;
+}
 
 srv_outcome srv_fail_err(srv_call *c, tally_err e, const char *what)
 {
-    for (size_t i = 0; i < sizeof err_map / sizeof *err_map; i++)
-        if (err_map[i].err == e)
-            return srv_fail(c, err_map[i].status, err_map[i].code, "%s: %s", what,
-                            tally_err_str(e));
+    const char *code;
+    int status = srv_http_status(e, &code);
+    if (status != 500)
+        return srv_fail(c, status, code, "%s: %s", what, tally_err_str(e));
     /* The ledger's own message stays in the server's log, not in answers. */
-    fprintf(stderr, "tally serve: request %s: %s: %s (%s)\n", c->resp.request_id, what,
-            tally_err_str(e), tally_ledger_errmsg(c->srv->ledger));
+    tally_log(TALLY_LOG_ERR, "serve", "request %s: %s: %s (%s)", c->resp.request_id, what,
+              tally_err_str(e), tally_ledger_errmsg(c->srv->ledger));
     return srv_fail(c, 500, "internal", "%s failed (request %s)", what, c->resp.request_id);
+}
+
+srv_outcome srv_fail_why(srv_call *c, tally_err e, const char *why)
+{
+    if (!tally_err_is_input(e))
+        return srv_fail_err(c, e, why);
+    const char *code;
+    int status = srv_http_status(e, &code);
+    return srv_fail(c, status, code, "%s", why[0] ? why : tally_err_str(e));
 }
 
 srv_outcome srv_ok(srv_call *c, int status, const char *content_type)

@@ -7,6 +7,7 @@
 #include <openssl/rand.h>
 
 #include "server_int.h"
+#include "tally/log.h"
 
 /* Handlers for {account} routes may trust that an account key's account is
  * the one in the path: the router answers 404 otherwise. */
@@ -179,8 +180,8 @@ static srv_outcome dispatch(srv_call *c)
     if (authorize(c, r) && in_scope(c, r))
         out = r->handler(c);
     if (snapshot && tally_ledger_read_end(c->srv->ledger) != TALLY_OK)
-        fprintf(stderr, "tally serve: cannot end a read transaction: %s\n",
-                tally_ledger_errmsg(c->srv->ledger));
+        tally_log(TALLY_LOG_ERR, "serve", "cannot end a read transaction: %s",
+                  tally_ledger_errmsg(c->srv->ledger));
     return out;
 }
 

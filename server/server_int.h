@@ -208,8 +208,17 @@ TALLY_MUST_CHECK tally_err srv_json_array_split(const char *buf, size_t len, srv
  * SRV_ANSWERED so handlers can `return srv_fail(...)`. */
 srv_outcome srv_fail(srv_call *c, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Answers a ledger error: NOT_FOUND 404, input errors 400, BUSY 503, else 500. */
+/* The one mapping of errors to HTTP statuses, from the error's class
+ * (tally/err.h): bad input 4xx (404 NOT_FOUND, 409 for conflicts with what
+ * is stored, 413 TOO_LARGE, 403 AUTH, else 400), retriable 503, fatal (and
+ * TALLY_OK, which is no failure) 500. Sets *code to the error body's code. */
+int srv_http_status(tally_err e, const char **code);
+/* Answers e with srv_http_status's status, the message "<what>: <error>";
+ * a 500 is logged with the ledger's message and answered without it. */
 srv_outcome srv_fail_err(srv_call *c, tally_err e, const char *what);
+/* As srv_fail_err, but bad input is answered with why (the ledger's
+ * explanation, shown to the client) when it is not empty. */
+srv_outcome srv_fail_why(srv_call *c, tally_err e, const char *why);
 /* Sets status and content type for a body already in c->resp.body. */
 srv_outcome srv_ok(srv_call *c, int status, const char *content_type);
 /* Answers 500 "internal" when e is a buffer error (out of memory). */

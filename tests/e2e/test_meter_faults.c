@@ -43,8 +43,7 @@ static void wait_progress(const char *db, long messages, const char *log)
 static void test_faults_change_nothing(void **state)
 {
     (void)state;
-    if (!e2e_have_kcat())
-        skip();
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     char dir[512], kv[600], nd[600], db[600], clean[600], log[600], blog[600];
     snprintf(dir, sizeof dir, "%s", tu_tmpdir("meter-faults"));
     snprintf(kv, sizeof kv, "%s/stream.kv", dir);
@@ -123,8 +122,7 @@ static int free_port(void)
 static void test_broker_control_and_port(void **state)
 {
     (void)state;
-    if (!e2e_have_kcat())
-        skip();
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     char dir[512], blog[600], line[256];
     snprintf(dir, sizeof dir, "%s", tu_tmpdir("meter-broker"));
     snprintf(blog, sizeof blog, "%s/broker.log", dir);

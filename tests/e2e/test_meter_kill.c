@@ -55,8 +55,7 @@ static long run_and_kill(const char *db, const e2e_broker *b, const char *log, l
 static void test_kill9_exactly_once(void **state)
 {
     (void)state;
-    if (!e2e_have_kcat())
-        skip();
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     long events = env_long("TALLY_KILL_EVENTS", 20000);
     long kills_wanted = env_long("TALLY_KILL_KILLS", 5);
     uint64_t rng = (uint64_t)env_long("TALLY_KILL_SEED", 20260301);

@@ -44,8 +44,7 @@ static void wait_assigned(const char *log)
 static void test_join_and_leave(void **state)
 {
     (void)state;
-    if (!e2e_have_kcat())
-        skip();
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     char dir[512], kv[600], nd[600], db[600], clean[600], log_a[600], log_b[600], part[640];
     snprintf(dir, sizeof dir, "%s", tu_tmpdir("meter-rebalance"));
     snprintf(kv, sizeof kv, "%s/stream.kv", dir);
@@ -116,8 +115,7 @@ static long summary_field(const char *log, const char *field)
 static void test_stale_writers(void **state)
 {
     (void)state;
-    if (!e2e_have_kcat())
-        skip();
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     char dir[512], kv[600], nd[600], db[600], clean[600], log_a[600], log_b[600], part[640];
     snprintf(dir, sizeof dir, "%s", tu_tmpdir("meter-stale"));
     snprintf(kv, sizeof kv, "%s/stream.kv", dir);

@@ -289,7 +289,8 @@ static void check_partitioner(const scale *s)
                            s->b.bootstrap),
                      0);
     int keys = 0;
-    for (char *line = strtok(out.data, "\n"); line; line = strtok(NULL, "\n")) {
+    char *save = NULL;
+    for (char *line = strtok_r(out.data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char key[64];
         int part = -1;
         if (sscanf(line, "%63s %d", key, &part) != 2)
@@ -388,8 +389,7 @@ static void setup(scale *s)
 static void test_three_meters_one_killed(void **state)
 {
     (void)state;
-    if (!e2e_have_kcat())
-        skip();
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     int64_t t0 = e2e_ms();
     scale s;
     setup(&s);

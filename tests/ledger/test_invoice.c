@@ -135,7 +135,8 @@ static const char *jstr(json_object *o, const char *path)
     char buf[128];
     snprintf(buf, sizeof buf, "%s", path);
     json_object *cur = o;
-    for (char *tok = strtok(buf, "."); tok; tok = strtok(NULL, ".")) {
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
         json_object *next = NULL;
         if (tok[0] >= '0' && tok[0] <= '9')
             next = json_object_array_get_idx(cur, (size_t)strtol(tok, NULL, 10));

@@ -231,6 +231,22 @@ static void test_html(void **state)
     assert_html("&amp;", "&amp;amp;");
 }
 
+/* tally_fmt: the whole text or an error, never a cut value. */
+static void test_fmt(void **state)
+{
+    (void)state;
+    char b[8];
+    assert_int_equal(tally_fmt(b, sizeof b, "%s:%d", "ab", 42), TALLY_OK);
+    assert_string_equal(b, "ab:42");
+    assert_int_equal(tally_fmt(b, sizeof b, "%s", "1234567"), TALLY_OK); /* exactly fits */
+    assert_string_equal(b, "1234567");
+    assert_int_equal(tally_fmt(b, sizeof b, "%s", "12345678"), TALLY_TOO_LARGE);
+    assert_string_equal(b, "");
+    assert_int_equal(tally_fmt(b, 1, "%s", ""), TALLY_OK);
+    assert_int_equal(tally_fmt(b, 1, "x"), TALLY_TOO_LARGE);
+    assert_int_equal(tally_fmt(b, 0, "x"), TALLY_INVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_printf),       cmocka_unit_test(test_cap),
         cmocka_unit_test(test_huge_cap),     cmocka_unit_test(test_json_str),
         cmocka_unit_test(test_csv_field),    cmocka_unit_test(test_html),
+        cmocka_unit_test(test_fmt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

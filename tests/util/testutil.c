@@ -21,6 +21,12 @@ const char *tu_tmpdir(const char *tag)
     return path;
 }
 
+bool tu_in_ci(void)
+{
+    const char *ci = getenv("CI");
+    return ci && *ci && strcmp(ci, "0") != 0 && strcmp(ci, "false") != 0;
+}
+
 const char *tu_src(const char *rel)
 {
     static char path[1024];

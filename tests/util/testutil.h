@@ -4,6 +4,8 @@
 #define TALLY_TESTUTIL_H
 
 #include <setjmp.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +30,22 @@ int tu_sh(tally_buf *out, const char *fmt, ...) __attribute__((format(printf, 2,
 
 /* Runs the tally binary with the given argument string (shell syntax). */
 int tu_tally(tally_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* True when the tests run in CI: $CI is set, not empty, not "0"/"false". */
+bool tu_in_ci(void);
+/* A test that needs an external tool (kcat, chromium) and did not find it:
+ * in CI that is a failure (CI must have every tool), elsewhere the test is
+ * skipped with a line saying so. Use as TU_REQUIRE_TOOL(have_kcat(), "kcat"). */
+#define TU_REQUIRE_TOOL(present, tool)                                                             \
+    do {                                                                                           \
+        if (!(present)) {                                                                          \
+            if (tu_in_ci())                                                                        \
+                fail_msg("%s is not installed, and in CI (CI=%s) a test may not skip for it",      \
+                         tool, getenv("CI"));                                                      \
+            print_message("SKIPPED: %s is not installed; this test did not run\n", tool);          \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
 
 /* Reads a whole file into out. Returns 0 on success. */
 int tu_read_file(const char *path, tally_buf *out);

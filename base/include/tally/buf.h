@@ -41,4 +41,14 @@ TALLY_MUST_CHECK tally_err tally_buf_csv_field(tally_buf *b, const char *s);
 /* Appends s with the five HTML special characters escaped. */
 TALLY_MUST_CHECK tally_err tally_buf_html(tally_buf *b, const char *s);
 
+/* snprintf into a fixed buffer that refuses to cut, as git's xsnprintf
+ * refuses (but returns instead of dying): for names, keys, paths and SQL,
+ * where a shortened value would mean something else. On success buf holds
+ * the whole text. Errors: TALLY_TOO_LARGE (it does not fit in cap - 1
+ * bytes), TALLY_INVAL (cap is 0 or the format fails); buf is then "" (when
+ * cap > 0), never a truncated value. Diagnostic messages may keep plain
+ * snprintf. */
+TALLY_MUST_CHECK tally_err tally_fmt(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif
