@@ -249,6 +249,93 @@ static void test_invoice_page(void **state)
     tally_buf_release(&h);
 }
 
+/* The largest number in a chart's y labels, in 10^-8 units. */
+static __int128 label_value(const char *s)
+{
+    __int128 v = 0;
+    int frac = -1;
+    for (; *s && *s != '<'; s++) {
+        if (*s == '.')
+            frac = 0;
+        else if (*s >= '0' && *s <= '9') {
+            v = v * 10 + (*s - '0');
+            frac += frac >= 0;
+        }
+    }
+    for (int i = frac < 0 ? 0 : frac; i < 8; i++)
+        v *= 10;
+    return v;
+}
+
+/* Every chart on the page: its top label is at or above its tallest bar's
+ * value and at most a third above it, and its labels are evenly spaced. */
+static void assert_chart_axes_fit(const char *page)
+{
+    int charts = 0;
+    for (const char *svg = strstr(page, "<svg"); svg; svg = strstr(svg + 1, "<svg")) {
+        const char *end = strstr(svg, "</svg>");
+        assert_non_null(end);
+        __int128 labels[8], max = 0;
+        int n = 0;
+        for (const char *y = strstr(svg, "class=\"ylab\">"); y && y < end && n < 8;
+             y = strstr(y + 1, "class=\"ylab\">"))
+            labels[n++] = label_value(y + strlen("class=\"ylab\">"));
+        for (const char *t = strstr(svg, "<title>"); t && t < end; t = strstr(t + 1, "<title>")) {
+            __int128 v = label_value(strstr(t, ": ") + 2);
+            max = v > max ? v : max;
+        }
+        assert_in_range(n, 4, 7); /* 3 to 6 steps */
+        for (int i = 1; i < n; i++)
+            assert_true(labels[i] - labels[i - 1] == labels[1]);
+        assert_true(labels[n - 1] >= max);
+        assert_true(labels[n - 1] * 3 <= max * 4);
+        charts++;
+    }
+    assert_true(charts > 0);
+}
+
+static void test_chart_axis(void **state)
+{
+    (void)state;
+    static const struct {
+        long long max, divisor;
+        long long top, step; /* price units x 100 */
+    } cases[] = {
+        {75476, 3600, 2500, 500},     /* 20.97 card-hours: 0-25 by 5, not 0-50 */
+        {5190000, 1000000, 600, 100}, /* 5.19 million tokens: 0-6 by 1, not 0-10 */
+        {7200, 3600, 200, 50},        /* exactly 2: 2 */
+        {7201, 3600, 250, 50},        /* just above 2: 2.5 */
+        {21601, 3600, 800, 200},      /* just above 6: 8 */
+        {36000, 3600, 1000, 200},     /* 10 */
+        {36001, 3600, 1200, 200},     /* just above 10: 12 */
+        {60, 3600, 2, 0},             /* 0.0167: 0.02 */
+        {1, 1, 100, 20},              /* 1 */
+        {4000000000000LL, 1, 400000000000000LL, 100000000000000LL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        html_axis ax = html_chart_axis(cases[i].max, cases[i].divisor);
+        assert_true(ax.top == (__int128)cases[i].top * (HTML_AXIS_SCALE / 100));
+        if (cases[i].step)
+            assert_true(ax.step == (__int128)cases[i].step * (HTML_AXIS_SCALE / 100));
+        assert_true(ax.step * ax.steps == ax.top);
+        assert_in_range(ax.steps, 3, 6);
+    }
+    /* every maximum from 1 to 10,000 hundredths: top above it by at most a third */
+    for (long long m = 1; m <= 10000; m++) {
+        html_axis ax = html_chart_axis(m, 100);
+        __int128 want = (__int128)m * (HTML_AXIS_SCALE / 100);
+        assert_true(ax.top >= want);
+        assert_true(ax.top * 3 <= want * 4);
+        assert_true(ax.step * ax.steps == ax.top);
+    }
+    assert_int_equal(html_human_frac(75476, 3600), 2); /* 20.97 */
+    assert_int_equal(html_human_frac(60, 3600), 4);    /* 0.0167 */
+    assert_int_equal(html_human_frac(1800, 3600), 3);  /* 0.5 */
+    char buf[64];
+    html_decimal(buf, sizeof buf, 75476, 3600, html_human_frac(75476, 3600));
+    assert_string_equal(buf, "20.97");
+}
+
 static void test_chart(void **state)
 {
     (void)state;
@@ -262,14 +349,18 @@ static void test_chart(void **state)
     assert_int_equal(count(p, "<rect"), 5);
     /* 31 local days, labelled 1..31 */
     assert_int_equal(count(p, "class=\"xlab\""), 62);
-    /* axis top 2 card-hours: 2 h is the full 128 px, 1 h half of it */
+    /* axis 0-2 card-hours in steps of 0.5: 2 h is the full 128 px, 1 h half of it */
+    assert_non_null(strstr(p, "class=\"ylab\">0.5<"));
+    assert_non_null(strstr(p, "class=\"ylab\">2<"));
     assert_non_null(strstr(p, "height=\"128\" fill=\"#2563eb\"><title>2026-03-02: 2 card-hour"));
     assert_non_null(strstr(p, "height=\"64\" fill=\"#2563eb\"><title>2026-03-01: 1 card-hour"));
     assert_non_null(strstr(p, "<title>2026-03-09: 1 card-hour"));
     assert_non_null(strstr(p, "<title>2026-03-10: 1 card-hour"));
-    /* 1.5 million tokens on an axis of 2: 128 * 150 / 200 = 96 */
-    assert_non_null(strstr(p, "height=\"96\" fill=\"#d97706\"><title>2026-03-05: 1.5 million"));
-    assert_non_null(strstr(p, "5 card-hours in the period"));
+    /* 1.5 million tokens on an axis of 0-1.5: the full height */
+    assert_non_null(strstr(p, "height=\"128\" fill=\"#d97706\"><title>2026-03-05: 1.5 million"));
+    assert_non_null(strstr(p, "class=\"ylab\">1.5<"));
+    assert_non_null(strstr(p, ">5 card-hours in the period"));
+    assert_chart_axes_fit(p);
     tally_buf_release(&doc);
     tally_buf_release(&h);
 }
@@ -462,6 +553,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decimal),
         cmocka_unit_test(test_invoice_page),
+        cmocka_unit_test(test_chart_axis),
         cmocka_unit_test(test_chart),
         cmocka_unit_test(test_draft_and_credit_note),
         cmocka_unit_test(test_bad_documents),
