@@ -513,7 +513,18 @@ static void line_quantity(html_w *w, json_object *ln)
     hw_raw(w, "s</div></td>");
 }
 
-static void line_row(html_w *w, json_object *ln)
+/* The kind of grant id in the document's credits ("" if it is not there). */
+static const char *applied_kind(const view *v, int64_t grant)
+{
+    for (size_t i = 0; i < json_object_array_length(v->applied); i++) {
+        json_object *c = json_object_array_get_idx(v->applied, i);
+        if (jint(c, "grant_id") == grant)
+            return jget(c, "kind");
+    }
+    return "";
+}
+
+static void line_row(html_w *w, const view *v, json_object *ln)
 {
     hw_fmt(w, "<tr><td class=\"muted\">%lld</td>", (long long)jint(ln, "line"));
     line_description(w, ln);
@@ -526,8 +537,10 @@ static void line_row(html_w *w, json_object *ln)
     json_object *cr = jarr(ln, "credits");
     for (size_t i = 0; cr && i < json_object_array_length(cr); i++) {
         json_object *c = json_object_array_get_idx(cr, i);
-        hw_fmt(w, "%s<span class=\"sub\">#%lld</span> ", i ? "<br>" : "",
-               (long long)jint(c, "grant_id"));
+        int64_t g = jint(c, "grant_id");
+        hw_fmt(w, "%s<span class=\"sub\">", i ? "<br>" : "");
+        hw_esc(w, applied_kind(v, g));
+        hw_fmt(w, " #%lld</span> ", (long long)g);
         hw_money_neg(w, jget(c, "amount"));
     }
     hw_raw(w, "</td><td class=\"r\"><b>");
@@ -559,7 +572,7 @@ static void meter_group(html_w *w, const view *v, const char *meter)
             hw_raw(w, "</td></tr>");
             heading = true;
         }
-        line_row(w, ln);
+        line_row(w, v, ln);
     }
 }
 
@@ -582,19 +595,74 @@ static void page_lines(html_w *w, const view *v)
 
 /* ---- credits and totals -------------------------------------------------------- */
 
-/* Which lines a grant paid, from the lines' own credit lists. */
+/* Which lines a grant paid, from the lines' own credit lists: "line 1",
+ * "lines 1, 3". */
 static void grant_lines(html_w *w, const view *v, int64_t grant)
 {
-    size_t shown = 0;
-    for (size_t i = 0; i < json_object_array_length(v->lines); i++) {
+    int64_t paid[64];
+    size_t n = 0;
+    for (size_t i = 0; i < json_object_array_length(v->lines) && n < 64; i++) {
         json_object *ln = json_object_array_get_idx(v->lines, i);
         json_object *cr = jarr(ln, "credits");
         for (size_t j = 0; cr && j < json_object_array_length(cr); j++)
             if (jint(json_object_array_get_idx(cr, j), "grant_id") == grant) {
-                hw_fmt(w, "%s%lld", shown++ ? ", " : "lines ", (long long)jint(ln, "line"));
+                paid[n++] = jint(ln, "line");
                 break;
             }
     }
+    for (size_t i = 0; i < n; i++)
+        hw_fmt(w, "%s%lld", i ? ", " : n > 1 ? "lines " : "line ", (long long)paid[i]);
+}
+
+static const named grant_kinds[] = {
+    {"trial", "Trial voucher"},      {"coupon", "Coupon"},
+    {"prepaid", "Prepaid credit"},   {"insurance", "Training insurance"},
+    {"goodwill", "Goodwill credit"},
+};
+
+/* "2026-03-31 00:00 UTC" */
+static void hw_time_s(html_w *w, int64_t t)
+{
+    char d[32];
+    if (tally_time_format(t, d, sizeof d) != TALLY_OK) {
+        hw_fmt(w, "%lld", (long long)t);
+        return;
+    }
+    d[10] = ' ';
+    d[16] = '\0';
+    hw_fmt(w, "%s UTC", d);
+}
+
+/* The grant's window and scope from the ledger: "valid from ..., expires ...". */
+static void grant_window(html_w *w, tally_ledger *l, int64_t grant)
+{
+    sqlite3_stmt *st;
+    if (w->e || !l ||
+        (w->e = ledger_prepare(l, "SELECT effective_s, expires_s, scope FROM grants WHERE id = ?1",
+                               &st)) != TALLY_OK)
+        return;
+    sqlite3_bind_int64(st, 1, grant);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        hw_raw(w, "from ");
+        hw_time_s(w, sqlite3_column_int64(st, 0));
+        hw_raw(w, "<br>");
+        if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
+            hw_raw(w, "no expiry");
+        } else {
+            hw_raw(w, "expires ");
+            hw_time_s(w, sqlite3_column_int64(st, 1));
+        }
+        const char *scope = (const char *)sqlite3_column_text(st, 2);
+        if (scope && *scope) {
+            hw_raw(w, "<div class=\"sub\">only for ");
+            hw_esc(w, scope);
+            hw_raw(w, "</div>");
+        }
+    } else if (rc != SQLITE_DONE) {
+        w->e = ledger_sqlite_err(l, rc);
+    }
+    sqlite3_finalize(st);
 }
 
 static void page_totals(html_w *w, const view *v)
@@ -612,19 +680,23 @@ static void page_totals(html_w *w, const view *v)
     hw_raw(w, "</td></tr></table></section>");
 }
 
-static void page_credits(html_w *w, const view *v)
+static void page_credits(html_w *w, tally_ledger *l, const view *v)
 {
     size_t n = json_object_array_length(v->applied);
     if (n == 0)
         return;
     hw_raw(w, "<section class=\"section\"><h2>Credits applied</h2><table><thead><tr>"
-              "<th>Grant</th><th>Kind</th><th>Paid for</th><th class=\"r\">Amount</th>"
+              "<th>Credit</th><th>Valid</th><th>Paid for</th><th class=\"r\">Amount</th>"
               "</tr></thead><tbody>");
     for (size_t i = 0; i < n; i++) {
         json_object *c = json_object_array_get_idx(v->applied, i);
         int64_t g = jint(c, "grant_id");
-        hw_fmt(w, "<tr><td>#%lld</td><td>", (long long)g);
+        hw_raw(w, "<tr><td><b>");
+        hw_esc(w, LOOKUP(grant_kinds, jget(c, "kind")));
+        hw_fmt(w, "</b><div class=\"sub\">grant #%lld (", (long long)g);
         hw_esc(w, jget(c, "kind"));
+        hw_raw(w, ")</div></td><td class=\"small\">");
+        grant_window(w, l, g);
         hw_raw(w, "</td><td class=\"muted\">");
         grant_lines(w, v, g);
         hw_raw(w, "</td><td class=\"r\">");
@@ -725,7 +797,7 @@ tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tall
     page_meta(&w, &v);
     page_lines(&w, &v);
     page_totals(&w, &v);
-    page_credits(&w, &v);
+    page_credits(&w, l, &v);
     page_chart(&w, l, &v);
     page_verification(&w, &v);
     page_footer(&w, &v);

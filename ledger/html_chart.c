@@ -198,8 +198,9 @@ static void bars(html_w *w, const chart_days *d, int m, html_axis ax, int64_t di
         if (q > 0) {
             hw_fmt(w, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">", x,
                    PLOT_Y + PLOT_H - h, bw, h, meter_style[m].color);
+            char units[96];
             hw_fmt(w, "<title>%s: %s ", d->label[i], v);
-            hw_esc(w, unit);
+            hw_esc(w, strcmp(v, "1") == 0 ? unit : html_unit_plural(unit, units, sizeof units));
             hw_raw(w, "</title></rect>");
         }
         const char *day = d->label[i] + 8;

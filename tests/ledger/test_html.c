@@ -122,6 +122,14 @@ static int setup(void **state)
                                   "'Acme <Labs> & \"Co\"', 0)") != TALLY_OK)
         return -1;
     add_usage(ledger);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO grants(id, account, kind, amount_minor, currency, priority, effective_s, "
+             "expires_s, scope, created_at) VALUES (1, 'acme', 'trial', 2000, 'CNY', 10, %lld, "
+             "%lld, 'sku=h100', 0)",
+             (long long)t_of("2026-03-01T00:00:00Z"), (long long)t_of("2026-03-31T00:00:00Z"));
+    if (tally_ledger_exec(ledger, sql) != TALLY_OK)
+        return -1;
     return 0;
 }
 
@@ -239,7 +247,11 @@ static void test_invoice_page(void **state)
     assert_non_null(strstr(p, "original period 2026-02"));
     /* credits: what each grant paid */
     assert_non_null(strstr(p, "Credits applied"));
-    assert_non_null(strstr(p, "lines 1<"));
+    assert_non_null(strstr(p, ">line 1<"));
+    assert_non_null(strstr(p, "<b>Trial voucher</b><div class=\"sub\">grant #1 (trial)"));
+    assert_non_null(strstr(p, "from 2026-03-01 00:00 UTC<br>expires 2026-03-31 00:00 UTC"));
+    assert_non_null(strstr(p, "only for sku=h100"));
+    assert_non_null(strstr(p, "<span class=\"sub\">trial #1</span> &minus;20.00"));
     /* grouped by meter */
     assert_int_equal(count(p, "<tr class=\"group\">"), 2);
     /* verification block */
@@ -352,8 +364,8 @@ static void test_chart(void **state)
     /* axis 0-2 card-hours in steps of 0.5: 2 h is the full 128 px, 1 h half of it */
     assert_non_null(strstr(p, "class=\"ylab\">0.5<"));
     assert_non_null(strstr(p, "class=\"ylab\">2<"));
-    assert_non_null(strstr(p, "height=\"128\" fill=\"#2563eb\"><title>2026-03-02: 2 card-hour"));
-    assert_non_null(strstr(p, "height=\"64\" fill=\"#2563eb\"><title>2026-03-01: 1 card-hour"));
+    assert_non_null(strstr(p, "height=\"128\" fill=\"#2563eb\"><title>2026-03-02: 2 card-hours<"));
+    assert_non_null(strstr(p, "height=\"64\" fill=\"#2563eb\"><title>2026-03-01: 1 card-hour<"));
     assert_non_null(strstr(p, "<title>2026-03-09: 1 card-hour"));
     assert_non_null(strstr(p, "<title>2026-03-10: 1 card-hour"));
     /* 1.5 million tokens on an axis of 0-1.5: the full height */
