@@ -256,8 +256,9 @@ static const char css[] =
     ".r{text-align:right;white-space:nowrap}"
     "tr.group td{background:#f3f5f9;font-weight:700;color:#1e3a8a;border-bottom:none;"
     "padding-top:9px}"
-    ".desc{width:38%}.desc b{font-weight:600}.sub{font-size:12px;color:#6b7280}"
-    ".r .wrap{white-space:normal;overflow-wrap:anywhere}"
+    ".desc{width:38%}.desc b{font-weight:600;white-space:nowrap}"
+    ".sub{font-size:12px;color:#6b7280}"
+    ".r .wrap{white-space:normal}.nw{white-space:nowrap}"
     ".kind{display:inline-block;font-size:10px;font-weight:700;letter-spacing:.6px;"
     "text-transform:uppercase;border-radius:3px;padding:0 5px;margin-right:6px;"
     "background:#e0e7ff;color:#3730a3}"
@@ -283,9 +284,22 @@ static const char css[] =
     "white-space:pre-wrap;word-break:break-all}"
     "footer{margin-top:28px;padding-top:10px;border-top:1px solid #e5e7eb;font-size:11px;"
     "color:#9ca3af;display:flex;justify-content:space-between}"
-    "@page{size:A4;margin:14mm}"
-    "@media print{html{background:#fff}body{padding:0}.page{box-shadow:none;padding:0;"
-    "max-width:none}tr,figure,.verify{break-inside:avoid}"
+    /* Print (A4): smaller type and spacing so an invoice of about 20 lines fits
+     * on one or two pages; headings stay with what follows them, and rows,
+     * charts and the command block are never split. */
+    "@page{size:A4;margin:12mm 12mm 14mm}"
+    "@media print{html{background:#fff}body{padding:0;font-size:11px;line-height:1.35}"
+    ".page{box-shadow:none;padding:0;max-width:none;border-radius:0}"
+    "header{padding-bottom:10px}.seller{font-size:18px}.doctype h1{font-size:20px}"
+    ".meta{margin:12px 0}.due{padding:8px 12px}.due .amt{font-size:19px}"
+    ".section{margin-top:14px}.section h2{margin-bottom:4px}"
+    "th{padding:4px 6px}td{padding:4px 6px}.sub{font-size:10px}"
+    ".totals td{padding:2px 6px}.totals tr.grand td{font-size:14px;padding-top:5px}"
+    ".chart{margin:4px 0 8px}.verify{padding:8px 12px}.verify dd{font-size:10px}"
+    "pre{font-size:9px;line-height:1.4;padding:8px 10px}footer{margin-top:14px}"
+    "h2,h3,figcaption,.section>p{break-after:avoid;page-break-after:avoid}"
+    "tr,figure,pre,dl,.totals{break-inside:avoid;page-break-inside:avoid}"
+    "thead{display:table-header-group}"
     ".due,.badge,.kind,tr.group td,pre{-webkit-print-color-adjust:exact;"
     "print-color-adjust:exact}}";
 
@@ -508,9 +522,9 @@ static void line_quantity(html_w *w, json_object *ln)
     hw_fmt(w, "%s ", a);
     const char *unit = jget(ln, "price_unit"); /* "1 card-hour", "2 card-hours" */
     hw_esc(w, strcmp(a, "1") == 0 ? unit : html_unit_plural(unit, pu, sizeof pu));
-    hw_fmt(w, "<div class=\"sub wrap\">%s ", b);
+    hw_fmt(w, "<div class=\"sub wrap\">%s <span class=\"nw\">", b);
     hw_esc(w, jget(ln, "unit"));
-    hw_raw(w, "s</div></td>");
+    hw_raw(w, "s</span></div></td>");
 }
 
 /* The kind of grant id in the document's credits ("" if it is not there). */
