@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "html_int.h"
+#include "invoice_int.h"
 #include "tally/event.h"
 #include "tally/rating.h"
 
@@ -736,26 +737,45 @@ static void page_chart(html_w *w, tally_ledger *l, const view *v)
 
 /* ---- verification ---------------------------------------------------------------- */
 
+/* The file the customer checks: what `invoice run --out` writes for an
+ * invoice, "<account>-<period>.json"; a credit note by its number. */
+static void json_file_name(const view *v, char *buf, size_t cap)
+{
+    tally_buf b;
+    tally_buf_init(&b, cap);
+    if (v->credit_note || !v->label[0] ||
+        inv_file_name(&b, NULL, v->account, v->label, "json") != TALLY_OK || b.len >= cap)
+        snprintf(buf, cap, "%s.json", v->id);
+    else
+        snprintf(buf, cap, "%s", b.data);
+    tally_buf_release(&b);
+}
+
+/* The same commands as README's, with this document's file name: they hash
+ * the file's one line, so a trailing newline in a saved copy does not count. */
 static void verify_commands(html_w *w, const view *v)
 {
+    char file[300];
+    json_file_name(v, file, sizeof file);
     hw_raw(w, "<pre id=\"verify-commands\"># Files: ");
+    hw_esc(w, file);
+    hw_raw(w, " (this document as issued: written by `tally invoice run --out`, or\n#        "
+              "`tally invoice show ");
     hw_esc(w, v->id);
-    hw_raw(w, ".json (this document as issued, e.g. `tally invoice show ");
-    hw_esc(w, v->id);
-    hw_raw(w, " --format json`)\n#        pub.pem (the seller's public key, `tally pubkey`)\n"
-              "# 1. SHA-256 of the document without its trailing hash and signature:\n"
-              "h=$(printf '%s' \"$(sed -E 's/,\"hash\":\"[0-9a-f]{64}\",\"signature\":"
-              "\"[0-9a-f]{128}\"}$/}/' ");
-    hw_esc(w, v->id);
-    hw_raw(w, ".json)\" | sha256sum | cut -d' ' -f1)\n[ \"$h\" = \"");
-    hw_esc(w, v->hash);
-    hw_raw(w, "\" ] &amp;&amp; echo \"hash matches\"\n"
-              "# 2. The Ed25519 signature over those 32 bytes:\n"
-              "printf '%s' \"$h\" | xxd -r -p &gt; hash.bin\necho ");
-    hw_esc(w, v->signature);
-    hw_raw(w, " | xxd -r -p &gt; sig.bin\n"
-              "openssl pkeyutl -verify -pubin -inkey pub.pem -rawin -in hash.bin "
-              "-sigfile sig.bin\n</pre>");
+    hw_raw(w, " --format json &gt; ");
+    hw_esc(w, file);
+    hw_raw(w, "`)\n#        pub.pem (the seller's public key: `tally pubkey &gt; pub.pem`)\nf=");
+    hw_esc(w, file);
+    hw_raw(w,
+           "\n# 1. SHA-256 of the document without its trailing hash and signature:\n"
+           "h=$(sed -E 's/,\"hash\":\"[0-9a-f]{64}\",\"signature\":\"[0-9a-f]{128}\"}$/}/' "
+           "\"$f\" | tr -d '\\n' | sha256sum | cut -d' ' -f1)\n"
+           "grep -q \"\\\"hash\\\":\\\"$h\\\"\" \"$f\" &amp;&amp; echo \"hash matches\"\n"
+           "# 2. The Ed25519 signature over those 32 bytes:\n"
+           "printf '%s' \"$h\" | xxd -r -p &gt; hash.bin\n"
+           "sed -E 's/.*\"signature\":\"([0-9a-f]{128})\".*/\\1/' \"$f\" | xxd -r -p &gt; sig.bin\n"
+           "openssl pkeyutl -verify -pubin -inkey pub.pem -rawin -in hash.bin "
+           "-sigfile sig.bin\n</pre>");
 }
 
 static void page_verification(html_w *w, const view *v)

@@ -466,10 +466,12 @@ static void test_printed_commands_verify(void **state)
     assert_int_equal(ledger_invoice_html(ledger, doc.data, doc.len, &h), TALLY_OK);
     assert_int_equal(tally_pubkey_pem(key, &pem), TALLY_OK);
     char path[700];
-    snprintf(path, sizeof path, "%s/INV-2026-000001.json", dir);
+    /* the page names the file `invoice run --out` writes */
+    assert_non_null(strstr(h.data, "f=acme-2026-03.json\n"));
+    snprintf(path, sizeof path, "%s/acme-2026-03.json", dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fprintf(f, "%s\n", doc.data); /* as `tally invoice show` prints it */
+    fputs(doc.data, f); /* the stored bytes, as `invoice run --out` writes them */
     fclose(f);
     snprintf(path, sizeof path, "%s/pub.pem", dir);
     f = fopen(path, "w");
@@ -499,6 +501,17 @@ static void test_printed_commands_verify(void **state)
     assert_int_equal(tu_sh(&out, "cd '%s' && sh check.sh 2>&1", dir), 0);
     assert_non_null(strstr(out.data, "hash matches"));
     assert_non_null(strstr(out.data, "Signature Verified Successfully"));
+    /* a copy saved with a trailing newline verifies too; a changed one does not */
+    tally_buf_reset(&out);
+    assert_int_equal(tu_sh(&out, "cd '%s' && echo >> acme-2026-03.json && sh check.sh 2>&1", dir),
+                     0);
+    assert_non_null(strstr(out.data, "hash matches"));
+    assert_non_null(strstr(out.data, "Signature Verified Successfully"));
+    tally_buf_reset(&out);
+    assert_true(tu_sh(&out,
+                      "cd '%s' && sed -i 's/10030.00/10.00/' acme-2026-03.json && sh check.sh",
+                      dir) != 0);
+    assert_null(strstr(out.data, "hash matches"));
     tally_buf_release(&doc);
     tally_buf_release(&h);
     tally_buf_release(&pem);
