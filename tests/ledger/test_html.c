@@ -1,8 +1,9 @@
 /* Tests for ledger/html.c and ledger/html_chart.c: the invoice page from a
  * hand-made ledger and document. Checks content, escaping, well-formedness,
  * the usage chart's exact bar heights, that the printed verification
- * commands really verify, and (when chromium is installed) that the page
- * renders in a headless browser with its totals in the page text. */
+ * commands really verify, and (when chromium is installed; under CI=true it
+ * must be) that the page renders in a headless browser with its totals in
+ * the page text and prints on at most two A4 pages. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,14 +532,111 @@ static const char *chromium(void)
     "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run "                         \
     "--disable-background-networking --disable-component-update --disable-sync"
 
+/* chromium, or NULL after a skip; under CI=true a missing chromium fails. */
+static const char *chromium_or_skip(void)
+{
+    const char *chrome = chromium();
+    if (chrome)
+        return chrome;
+    const char *ci = getenv("CI");
+    if (ci && strcmp(ci, "true") == 0)
+        fail_msg("chromium is not installed, and CI=true needs the rendering check (scripts/deps)");
+    print_message("chromium is not installed: skipping the rendering check\n");
+    skip();
+    return NULL;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Pages in a PDF that Chromium wrote: its page objects ("/Type /Page", not
+ * the "/Type /Pages" tree). */
+static int pdf_pages(const char *path)
+{
+    tally_buf pdf;
+    tally_buf_init(&pdf, 0);
+    assert_int_equal(tu_read_file(path, &pdf), 0);
+    assert_true(pdf.len > 4 && memcmp(pdf.data, "%PDF", 4) == 0);
+    int n = 0;
+    const char *needle = "/Type /Page";
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k < pdf.len; i++)
+        if (memcmp(pdf.data + i, needle, k) == 0 && pdf.data[i + k] != 's')
+            n++;
+    tally_buf_release(&pdf);
+    return n;
+}
+
+/* A finalized invoice of n accelerator lines (a100-40g, a100-80g, ...). */
+static void long_invoice_doc(tally_buf *out, int n)
+{
+    static const char *const skus[] = {"a100-40g", "a100-80g", "h100", "rtx4090", "tpu-v4-64"};
+    tally_buf lines;
+    tally_buf_init(&lines, 0);
+    for (int i = 1; i <= n; i++)
+        assert_int_equal(
+            tally_buf_printf(&lines,
+                             "%s{\"line\":%d,\"kind\":\"%s\",\"meter\":\"accelerator\",\"sku\":"
+                             "\"%s\",\"dim2\":\"\",\"pricing\":\"on_demand\",\"migration\":false,"
+                             "\"quantity\":\"%d\",\"unit\":\"card-second\",\"unit_price\":"
+                             "\"1.90\",\"price_unit\":\"card-hour\",\"amount\":\"%d.00\","
+                             "\"credits\":[%s]}",
+                             i > 1 ? "," : "", i, i % 4 == 0 ? "minimum" : "usage", skus[i % 5],
+                             3600 * i + 17, i * 2,
+                             i == 1 || i == 2 ? "{\"grant_id\":1,\"amount\":\"1.00\"}" : ""),
+            TALLY_OK);
+    make_doc(out, "INV-2026-000002", "invoice", "finalized", lines.data, "420.00",
+             "{\"grant_id\":1,\"kind\":\"trial\",\"amount\":\"2.00\"}", "2.00", "418.00", "");
+    tally_buf_release(&lines);
+}
+
+/* The print view on A4: the page count of Chromium's PDF. */
+static int printed_pages(const char *chrome, const char *name, const tally_buf *doc)
+{
+    tally_buf h;
+    tally_buf_init(&h, 0);
+    assert_int_equal(ledger_invoice_html(ledger, doc->data, doc->len, &h), TALLY_OK);
+    char html[700], pdf[700];
+    snprintf(html, sizeof html, "%s/%s.html", dir, name);
+    snprintf(pdf, sizeof pdf, "%s/%s.pdf", dir, name);
+    write_text(html, h.data);
+    (void)unlink(pdf);
+    assert_int_equal(tu_sh(NULL,
+                           "timeout 120 %s " CHROMIUM_FLAGS " --user-data-dir='%s/chrome-%s' "
+                           "--no-pdf-header-footer --print-to-pdf='%s' 'file://%s' >/dev/null 2>&1",
+                           chrome, dir, name, pdf, html),
+                     0);
+    tally_buf_release(&h);
+    return pdf_pages(pdf);
+}
+
+/* Printed, the 3-line invoice with two charts and a 20-line one each fit on
+ * at most two A4 pages (a 5-line invoice used to take three). */
+static void test_prints_on_two_pages(void **state)
+{
+    (void)state;
+    const char *chrome = chromium_or_skip();
+    tally_buf doc;
+    tally_buf_init(&doc, 0);
+    invoice_doc(&doc);
+    int short_pages = printed_pages(chrome, "print-short", &doc);
+    long_invoice_doc(&doc, 20);
+    int long_pages = printed_pages(chrome, "print-long", &doc);
+    print_message("printed: 3 lines on %d A4 page(s), 20 lines on %d\n", short_pages, long_pages);
+    assert_in_range(short_pages, 1, 2);
+    assert_in_range(long_pages, 1, 2);
+    tally_buf_release(&doc);
+}
+
 static void test_renders_in_chromium(void **state)
 {
     (void)state;
-    const char *chrome = chromium();
-    if (!chrome) {
-        print_message("chromium is not installed: skipping the rendering check\n");
-        skip();
-    }
+    const char *chrome = chromium_or_skip();
     tally_buf doc, h, dom;
     tally_buf_init(&doc, 0);
     tally_buf_init(&h, 0);
@@ -584,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_bad_documents),
         cmocka_unit_test(test_printed_commands_verify),
         cmocka_unit_test(test_renders_in_chromium),
+        cmocka_unit_test(test_prints_on_two_pages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
