@@ -288,7 +288,7 @@ static const char css[] =
     /* Print (A4): smaller type and spacing so an invoice of about 20 lines fits
      * on one or two pages; headings stay with what follows them, and rows,
      * charts and the command block are never split. */
-    "@page{size:A4;margin:12mm 12mm 14mm}"
+    "@page{size:A4;margin:11mm 12mm 12mm}"
     "@media print{html{background:#fff}body{padding:0;font-size:10.5px;line-height:1.3}"
     ".page{box-shadow:none;padding:0;max-width:none;border-radius:0}"
     "header{padding-bottom:10px}.seller{font-size:18px}.doctype h1{font-size:20px}"
@@ -297,7 +297,7 @@ static const char css[] =
     "th{padding:3px 6px}td{padding:3px 6px}.sub{font-size:9.5px}"
     ".totals td{padding:2px 6px}.totals tr.grand td{font-size:14px;padding-top:5px}"
     ".chart{margin:4px 0 8px}.verify{padding:8px 12px}.verify dd{font-size:10px}"
-    "pre{font-size:8.5px;line-height:1.35;padding:6px 8px}footer{margin-top:10px}"
+    "pre{font-size:8.5px;line-height:1.35;padding:6px 8px}footer{margin-top:6px;padding-top:4px}"
     ".chart svg{display:block;width:92%;margin:0 auto}.verify p{margin:0 0 2px}"
     "h2,h3,figcaption,.section>p{break-after:avoid;page-break-after:avoid}"
     "tr,figure,pre,dl,.totals{break-inside:avoid;page-break-inside:avoid}"
