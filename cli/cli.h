@@ -20,6 +20,7 @@ typedef struct cli_ctx {
     const char *db_path;  /* --db, $TALLY_DB, ./tally.db */
     const char *key_path; /* --key, $TALLY_KEY, ./tally.key */
     const char *cmd;      /* subcommand name, for messages */
+    bool describe;        /* say what was created in words, not as a bare id (the demo) */
 } cli_ctx;
 
 typedef struct cli_command {

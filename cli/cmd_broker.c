@@ -31,8 +31,10 @@ static void print_help(void)
            "  --topic T        usage topic (default usage); usage-dlq and invoices are\n"
            "                   created too\n"
            "  --partitions N   partitions of the usage topic and its DLQ (default 8)\n"
-           "  --brokers N      mock brokers (default 3)\n\n"
+           "  --brokers N      mock brokers (default 3, at most 16)\n\n"
            "Messages live in memory only; each partition keeps about its newest 5 MB.\n"
+           "Topics that clients auto-create get 4 partitions (librdkafka's mock fixes\n"
+           "that); create them ahead with 'topic NAME N' on stdin instead.\n"
            "Commands on stdin (answered 'ok' or 'error: ...'):\n"
            "  error API COUNT ERR   e.g. 'error Fetch 5 NOT_LEADER_FOR_PARTITION'\n"
            "  clear API | down ID | up ID | rtt ID MS | topic NAME N\n");

@@ -35,7 +35,10 @@ int cmd_commit(cli_ctx *ctx, int argc, char **argv)
     if (rc)
         return rc;
     tally_err e = tally_ledger_commit_add(l, pos[1], sku, cards, from_s, to_s, &id);
-    if (e == TALLY_OK)
+    if (e == TALLY_OK && ctx->describe)
+        printf("commitment %lld: %s, %lld x %s from %s to %s\n", (long long)id, pos[1],
+               (long long)cards, sku, from, to);
+    else if (e == TALLY_OK)
         printf("%lld\n", (long long)id);
     else if (e == TALLY_NO_PRICE || e == TALLY_NOT_FOUND)
         rc = cli_error_for(ctx, e, "sku '%s' has no reserved price", sku);

@@ -102,7 +102,10 @@ int cmd_credit(cli_ctx *ctx, int argc, char **argv)
     char msg[256] = "";
     int64_t id = 0;
     tally_err e = tally_ledger_grant_add(l, &g, &id, msg, sizeof msg);
-    if (e == TALLY_OK)
+    if (e == TALLY_OK && ctx->describe)
+        printf("credit grant %lld: %s %s %s for %s%s%s\n", (long long)id, a.kind, code, pos[2],
+               pos[1], a.expires ? ", expires " : "", a.expires ? a.expires : "");
+    else if (e == TALLY_OK)
         printf("%lld\n", (long long)id);
     else
         rc = cli_error_for(ctx, e, "%s", msg[0] ? msg : tally_err_str(e));

@@ -4,7 +4,8 @@
  *   2. produces the fixture stream (cli/demo_stream.c) to it, keyed by account;
  *   3. meters it exactly once into a fresh ledger (`tally meter --until-idle`);
  *   4. finalizes, signs and writes the March 2026 invoices;
- *   5. prints a summary table and where the files are.
+ *   5. announces them on the invoices topic and prints where the files are
+ *      (the invoice run itself prints one line per invoice).
  * Everything lands in a fresh output folder. */
 #include <errno.h>
 #include <signal.h>
@@ -69,7 +70,7 @@ static int run_self(demo *d, const char *const *args)
     const cli_command *c = cli_find(argv[0]);
     if (!c)
         return cli_error(d->ctx, CLI_FAIL, "no command %s", argv[0]);
-    cli_ctx sub = {.db_path = d->db, .key_path = d->key, .cmd = c->name};
+    cli_ctx sub = {.db_path = d->db, .key_path = d->key, .cmd = c->name, .describe = true};
     fflush(stdout);
     int rc = c->run(&sub, argc, argv);
     fflush(stdout);
@@ -180,14 +181,6 @@ static int wait_meter(demo *d)
     return CLI_OK;
 }
 
-static tally_err summary_row(void *ctx, int ncols, const char *const *c)
-{
-    (void)ncols;
-    (void)ctx;
-    printf("  %-16s %-16s %-4s %12s %12s %12s\n", c[0], c[1], c[2], c[3], c[4], c[5]);
-    return TALLY_OK;
-}
-
 /* Drains the outbox to the invoices topic and reads the topic back with
  * kcat, the way a downstream system would watch it. */
 static int announce(demo *d)
@@ -216,30 +209,28 @@ static int announce(demo *d)
     return CLI_OK;
 }
 
-static int summary(demo *d)
+/* The path to run this binary by from the current directory: relative when
+ * it is below it ("build/tally"), else absolute. */
+static const char *self_path(const demo *d, char *buf, size_t cap)
 {
-    tally_ledger *l = NULL;
-    cli_ctx sub = {.db_path = d->db, .cmd = "demo"};
-    int rc = cli_open_ledger(&sub, &l);
-    if (rc)
-        return rc;
-    printf("\n  %-16s %-16s %-4s %12s %12s %12s\n", "account", "invoice", "cur", "subtotal",
-           "credits", "amount due");
-    tally_err e = tally_ledger_query(
-        l,
-        "SELECT account, id, currency, json_extract(doc, '$.subtotal'), "
-        "json_extract(doc, '$.total_credits'), json_extract(doc, '$.amount_due') "
-        "FROM invoices WHERE doc_type = 'invoice' ORDER BY account",
-        NULL, 0, summary_row, NULL);
-    tally_ledger_close(l);
-    if (e)
-        return cli_error(d->ctx, CLI_FAIL, "cannot read the invoices");
+    char cwd[1024];
+    size_t n = getcwd(cwd, sizeof cwd) ? strlen(cwd) : 0;
+    if (n > 0 && strncmp(d->self, cwd, n) == 0 && d->self[n] == '/') {
+        snprintf(buf, cap, "%s", d->self + n + 1);
+        return buf;
+    }
+    return d->self;
+}
+
+static void summary(const demo *d)
+{
+    char self[1024];
     printf("\n  messages produced: %ld (including redelivered duplicates and poison)\n",
            d->produced);
     printf("  invoices (JSON, CSV, HTML): %s/\n  ledger: %s\n  signing key: %s\n", d->out, d->db,
            d->key);
-    printf("\n  check it: tally --db %s --key %s verify\n", d->db, d->key);
-    return CLI_OK;
+    printf("\n  check it: %s --db %s --key %s verify\n", self_path(d, self, sizeof self), d->db,
+           d->key);
 }
 
 static int steps(demo *d)
@@ -271,7 +262,8 @@ static int steps(demo *d)
         }
         return rc;
     }
-    printf("   produced %ld messages\n", d->produced);
+    printf("   produced %ld messages; the meter stops once the stream has been idle for 5 s\n",
+           d->produced);
     if ((rc = wait_meter(d)))
         return rc;
     printf("== 4. invoices for %s\n", DEMO_PERIOD);
@@ -283,7 +275,8 @@ static int steps(demo *d)
     printf("== 5. announcing the invoices (CloudEvents on Kafka, from the ledger's outbox)\n");
     if ((rc = announce(d)))
         return rc;
-    return summary(d);
+    summary(d);
+    return CLI_OK;
 }
 
 static tally_err print_line(void *ctx, const char *key, const char *msg, size_t len)
@@ -309,6 +302,8 @@ int cmd_demo(cli_ctx *ctx, int argc, char **argv)
         return rc;
     if (emit)
         return demo_stream(print_line, NULL) ? CLI_FAIL : CLI_OK;
+    /* one line at a time, so this log and the meter's stderr interleave in order in a pipe */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     demo d = {.ctx = ctx};
     ssize_t n = readlink("/proc/self/exe", d.self, sizeof d.self - 1);
     if (n <= 0)

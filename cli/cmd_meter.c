@@ -24,11 +24,18 @@ static void on_signal(int sig)
 
 typedef struct progress_state {
     int64_t last_ms, last_msgs;
+    const char *group;
 } progress_state;
 
 static void progress(void *ctx, const tally_consumer_stats *st, int64_t elapsed_ms)
 {
     progress_state *ps = ctx;
+    if (st->partitions == 0 && st->messages == 0) {
+        /* the group's first rebalance takes a few seconds; say so instead of "0 events/s" */
+        fprintf(stderr, "tally meter: joining consumer group %s (waiting for partitions)\n",
+                ps->group);
+        return;
+    }
     int64_t dt = elapsed_ms - ps->last_ms;
     int64_t rate = dt > 0 ? (st->messages - ps->last_msgs) * 1000 / dt : 0;
     char lag[24];
@@ -148,7 +155,7 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
         rc = cli_error_for(ctx, e, "%s", why[0] ? why : tally_err_str(e));
         goto out_ledger;
     }
-    progress_state ps = {0};
+    progress_state ps = {.group = o.group ? o.group : "tally-meter"};
     e = tally_consumer_run(c, &stop_flag, progress, &ps);
     tally_consumer_stats st;
     tally_consumer_stats_get(c, &st);

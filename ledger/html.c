@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "html_int.h"
+#include "invoice_int.h"
 #include "tally/event.h"
 #include "tally/rating.h"
 
@@ -256,8 +257,9 @@ static const char css[] =
     ".r{text-align:right;white-space:nowrap}"
     "tr.group td{background:#f3f5f9;font-weight:700;color:#1e3a8a;border-bottom:none;"
     "padding-top:9px}"
-    ".desc{width:38%}.desc b{font-weight:600}.sub{font-size:12px;color:#6b7280}"
-    ".r .wrap{white-space:normal;overflow-wrap:anywhere}"
+    ".desc{width:38%}.desc b{font-weight:600;white-space:nowrap}"
+    ".sub{font-size:12px;color:#6b7280}"
+    ".r .wrap{white-space:normal}.nw{white-space:nowrap}"
     ".kind{display:inline-block;font-size:10px;font-weight:700;letter-spacing:.6px;"
     "text-transform:uppercase;border-radius:3px;padding:0 5px;margin-right:6px;"
     "background:#e0e7ff;color:#3730a3}"
@@ -283,9 +285,23 @@ static const char css[] =
     "white-space:pre-wrap;word-break:break-all}"
     "footer{margin-top:28px;padding-top:10px;border-top:1px solid #e5e7eb;font-size:11px;"
     "color:#9ca3af;display:flex;justify-content:space-between}"
-    "@page{size:A4;margin:14mm}"
-    "@media print{html{background:#fff}body{padding:0}.page{box-shadow:none;padding:0;"
-    "max-width:none}tr,figure,.verify{break-inside:avoid}"
+    /* Print (A4): smaller type and spacing so an invoice of about 20 lines fits
+     * on one or two pages; headings stay with what follows them, and rows,
+     * charts and the command block are never split. */
+    "@page{size:A4;margin:11mm 12mm 12mm}"
+    "@media print{html{background:#fff}body{padding:0;font-size:10.5px;line-height:1.3}"
+    ".page{box-shadow:none;padding:0;max-width:none;border-radius:0}"
+    "header{padding-bottom:10px}.seller{font-size:18px}.doctype h1{font-size:20px}"
+    ".meta{margin:12px 0}.due{padding:8px 12px}.due .amt{font-size:19px}"
+    ".section{margin-top:14px}.section h2{margin-bottom:4px}"
+    "th{padding:3px 6px}td{padding:3px 6px}.sub{font-size:9.5px}"
+    ".totals td{padding:2px 6px}.totals tr.grand td{font-size:14px;padding-top:5px}"
+    ".chart{margin:4px 0 8px}.verify{padding:8px 12px}.verify dd{font-size:10px}"
+    "pre{font-size:8.5px;line-height:1.35;padding:6px 8px}footer{margin-top:6px;padding-top:4px}"
+    ".chart svg{display:block;width:92%;margin:0 auto}.verify p{margin:0 0 2px}"
+    "h2,h3,figcaption,.section>p{break-after:avoid;page-break-after:avoid}"
+    "tr,figure,pre,dl,.totals{break-inside:avoid;page-break-inside:avoid}"
+    "thead{display:table-header-group}"
     ".due,.badge,.kind,tr.group td,pre{-webkit-print-color-adjust:exact;"
     "print-color-adjust:exact}}";
 
@@ -508,12 +524,23 @@ static void line_quantity(html_w *w, json_object *ln)
     hw_fmt(w, "%s ", a);
     const char *unit = jget(ln, "price_unit"); /* "1 card-hour", "2 card-hours" */
     hw_esc(w, strcmp(a, "1") == 0 ? unit : html_unit_plural(unit, pu, sizeof pu));
-    hw_fmt(w, "<div class=\"sub wrap\">%s ", b);
+    hw_fmt(w, "<div class=\"sub wrap\">%s <span class=\"nw\">", b);
     hw_esc(w, jget(ln, "unit"));
-    hw_raw(w, "s</div></td>");
+    hw_raw(w, "s</span></div></td>");
 }
 
-static void line_row(html_w *w, json_object *ln)
+/* The kind of grant id in the document's credits ("" if it is not there). */
+static const char *applied_kind(const view *v, int64_t grant)
+{
+    for (size_t i = 0; i < json_object_array_length(v->applied); i++) {
+        json_object *c = json_object_array_get_idx(v->applied, i);
+        if (jint(c, "grant_id") == grant)
+            return jget(c, "kind");
+    }
+    return "";
+}
+
+static void line_row(html_w *w, const view *v, json_object *ln)
 {
     hw_fmt(w, "<tr><td class=\"muted\">%lld</td>", (long long)jint(ln, "line"));
     line_description(w, ln);
@@ -526,8 +553,10 @@ static void line_row(html_w *w, json_object *ln)
     json_object *cr = jarr(ln, "credits");
     for (size_t i = 0; cr && i < json_object_array_length(cr); i++) {
         json_object *c = json_object_array_get_idx(cr, i);
-        hw_fmt(w, "%s<span class=\"sub\">#%lld</span> ", i ? "<br>" : "",
-               (long long)jint(c, "grant_id"));
+        int64_t g = jint(c, "grant_id");
+        hw_fmt(w, "%s<span class=\"sub\">", i ? "<br>" : "");
+        hw_esc(w, applied_kind(v, g));
+        hw_fmt(w, " #%lld</span> ", (long long)g);
         hw_money_neg(w, jget(c, "amount"));
     }
     hw_raw(w, "</td><td class=\"r\"><b>");
@@ -559,7 +588,7 @@ static void meter_group(html_w *w, const view *v, const char *meter)
             hw_raw(w, "</td></tr>");
             heading = true;
         }
-        line_row(w, ln);
+        line_row(w, v, ln);
     }
 }
 
@@ -582,19 +611,74 @@ static void page_lines(html_w *w, const view *v)
 
 /* ---- credits and totals -------------------------------------------------------- */
 
-/* Which lines a grant paid, from the lines' own credit lists. */
+/* Which lines a grant paid, from the lines' own credit lists: "line 1",
+ * "lines 1, 3". */
 static void grant_lines(html_w *w, const view *v, int64_t grant)
 {
-    size_t shown = 0;
-    for (size_t i = 0; i < json_object_array_length(v->lines); i++) {
+    int64_t paid[64];
+    size_t n = 0;
+    for (size_t i = 0; i < json_object_array_length(v->lines) && n < 64; i++) {
         json_object *ln = json_object_array_get_idx(v->lines, i);
         json_object *cr = jarr(ln, "credits");
         for (size_t j = 0; cr && j < json_object_array_length(cr); j++)
             if (jint(json_object_array_get_idx(cr, j), "grant_id") == grant) {
-                hw_fmt(w, "%s%lld", shown++ ? ", " : "lines ", (long long)jint(ln, "line"));
+                paid[n++] = jint(ln, "line");
                 break;
             }
     }
+    for (size_t i = 0; i < n; i++)
+        hw_fmt(w, "%s%lld", i ? ", " : n > 1 ? "lines " : "line ", (long long)paid[i]);
+}
+
+static const named grant_kinds[] = {
+    {"trial", "Trial voucher"},      {"coupon", "Coupon"},
+    {"prepaid", "Prepaid credit"},   {"insurance", "Training insurance"},
+    {"goodwill", "Goodwill credit"},
+};
+
+/* "2026-03-31 00:00 UTC" */
+static void hw_time_s(html_w *w, int64_t t)
+{
+    char d[32];
+    if (tally_time_format(t, d, sizeof d) != TALLY_OK) {
+        hw_fmt(w, "%lld", (long long)t);
+        return;
+    }
+    d[10] = ' ';
+    d[16] = '\0';
+    hw_fmt(w, "%s UTC", d);
+}
+
+/* The grant's window and scope from the ledger: "valid from ..., expires ...". */
+static void grant_window(html_w *w, tally_ledger *l, int64_t grant)
+{
+    sqlite3_stmt *st;
+    if (w->e || !l ||
+        (w->e = ledger_prepare(l, "SELECT effective_s, expires_s, scope FROM grants WHERE id = ?1",
+                               &st)) != TALLY_OK)
+        return;
+    sqlite3_bind_int64(st, 1, grant);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        hw_raw(w, "from ");
+        hw_time_s(w, sqlite3_column_int64(st, 0));
+        hw_raw(w, "<br>");
+        if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
+            hw_raw(w, "no expiry");
+        } else {
+            hw_raw(w, "expires ");
+            hw_time_s(w, sqlite3_column_int64(st, 1));
+        }
+        const char *scope = (const char *)sqlite3_column_text(st, 2);
+        if (scope && *scope) {
+            hw_raw(w, "<div class=\"sub\">only for ");
+            hw_esc(w, scope);
+            hw_raw(w, "</div>");
+        }
+    } else if (rc != SQLITE_DONE) {
+        w->e = ledger_sqlite_err(l, rc);
+    }
+    sqlite3_finalize(st);
 }
 
 static void page_totals(html_w *w, const view *v)
@@ -612,19 +696,23 @@ static void page_totals(html_w *w, const view *v)
     hw_raw(w, "</td></tr></table></section>");
 }
 
-static void page_credits(html_w *w, const view *v)
+static void page_credits(html_w *w, tally_ledger *l, const view *v)
 {
     size_t n = json_object_array_length(v->applied);
     if (n == 0)
         return;
     hw_raw(w, "<section class=\"section\"><h2>Credits applied</h2><table><thead><tr>"
-              "<th>Grant</th><th>Kind</th><th>Paid for</th><th class=\"r\">Amount</th>"
+              "<th>Credit</th><th>Valid</th><th>Paid for</th><th class=\"r\">Amount</th>"
               "</tr></thead><tbody>");
     for (size_t i = 0; i < n; i++) {
         json_object *c = json_object_array_get_idx(v->applied, i);
         int64_t g = jint(c, "grant_id");
-        hw_fmt(w, "<tr><td>#%lld</td><td>", (long long)g);
+        hw_raw(w, "<tr><td><b>");
+        hw_esc(w, LOOKUP(grant_kinds, jget(c, "kind")));
+        hw_fmt(w, "</b><div class=\"sub\">grant #%lld (", (long long)g);
         hw_esc(w, jget(c, "kind"));
+        hw_raw(w, ")</div></td><td class=\"small\">");
+        grant_window(w, l, g);
         hw_raw(w, "</td><td class=\"muted\">");
         grant_lines(w, v, g);
         hw_raw(w, "</td><td class=\"r\">");
@@ -650,26 +738,45 @@ static void page_chart(html_w *w, tally_ledger *l, const view *v)
 
 /* ---- verification ---------------------------------------------------------------- */
 
+/* The file the customer checks: what `invoice run --out` writes for an
+ * invoice, "<account>-<period>.json"; a credit note by its number. */
+static void json_file_name(const view *v, char *buf, size_t cap)
+{
+    tally_buf b;
+    tally_buf_init(&b, cap);
+    if (v->credit_note || !v->label[0] ||
+        inv_file_name(&b, NULL, v->account, v->label, "json") != TALLY_OK || b.len >= cap)
+        snprintf(buf, cap, "%s.json", v->id);
+    else
+        snprintf(buf, cap, "%s", b.data);
+    tally_buf_release(&b);
+}
+
+/* The same commands as README's, with this document's file name: they hash
+ * the file's one line, so a trailing newline in a saved copy does not count. */
 static void verify_commands(html_w *w, const view *v)
 {
+    char file[300];
+    json_file_name(v, file, sizeof file);
     hw_raw(w, "<pre id=\"verify-commands\"># Files: ");
+    hw_esc(w, file);
+    hw_raw(w, " (this document as issued: written by `tally invoice run --out`, or\n#        "
+              "`tally invoice show ");
     hw_esc(w, v->id);
-    hw_raw(w, ".json (this document as issued, e.g. `tally invoice show ");
-    hw_esc(w, v->id);
-    hw_raw(w, " --format json`)\n#        pub.pem (the seller's public key, `tally pubkey`)\n"
-              "# 1. SHA-256 of the document without its trailing hash and signature:\n"
-              "h=$(printf '%s' \"$(sed -E 's/,\"hash\":\"[0-9a-f]{64}\",\"signature\":"
-              "\"[0-9a-f]{128}\"}$/}/' ");
-    hw_esc(w, v->id);
-    hw_raw(w, ".json)\" | sha256sum | cut -d' ' -f1)\n[ \"$h\" = \"");
-    hw_esc(w, v->hash);
-    hw_raw(w, "\" ] &amp;&amp; echo \"hash matches\"\n"
-              "# 2. The Ed25519 signature over those 32 bytes:\n"
-              "printf '%s' \"$h\" | xxd -r -p &gt; hash.bin\necho ");
-    hw_esc(w, v->signature);
-    hw_raw(w, " | xxd -r -p &gt; sig.bin\n"
-              "openssl pkeyutl -verify -pubin -inkey pub.pem -rawin -in hash.bin "
-              "-sigfile sig.bin\n</pre>");
+    hw_raw(w, " --format json &gt; ");
+    hw_esc(w, file);
+    hw_raw(w, "`)\n#        pub.pem (the seller's public key: `tally pubkey &gt; pub.pem`)\nf=");
+    hw_esc(w, file);
+    hw_raw(w,
+           "\n# 1. SHA-256 of the document without its trailing hash and signature:\n"
+           "h=$(sed -E 's/,\"hash\":\"[0-9a-f]{64}\",\"signature\":\"[0-9a-f]{128}\"}$/}/' "
+           "\"$f\" | tr -d '\\n' | sha256sum | cut -d' ' -f1)\n"
+           "grep -q \"\\\"hash\\\":\\\"$h\\\"\" \"$f\" &amp;&amp; echo \"hash matches\"\n"
+           "# 2. The Ed25519 signature over those 32 bytes:\n"
+           "printf '%s' \"$h\" | xxd -r -p &gt; hash.bin\n"
+           "sed -E 's/.*\"signature\":\"([0-9a-f]{128})\".*/\\1/' \"$f\" | xxd -r -p &gt; sig.bin\n"
+           "openssl pkeyutl -verify -pubin -inkey pub.pem -rawin -in hash.bin "
+           "-sigfile sig.bin\n</pre>");
 }
 
 static void page_verification(html_w *w, const view *v)
@@ -725,7 +832,7 @@ tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tall
     page_meta(&w, &v);
     page_lines(&w, &v);
     page_totals(&w, &v);
-    page_credits(&w, &v);
+    page_credits(&w, l, &v);
     page_chart(&w, l, &v);
     page_verification(&w, &v);
     page_footer(&w, &v);

@@ -10,7 +10,9 @@
  * the invoice was finalized (billed later as adjustments) shows here too.
  *
  * Everything is integer arithmetic: bar heights are q * height / top with
- * the axis top a 1-2-5 step in hundredths of a price unit. */
+ * the axis top a "nice" number (html_chart_axis) just above the largest day,
+ * so the tallest bar fills at least three quarters of the plot; a day with
+ * any usage at all gets a bar of at least MIN_BAR_H, so it stays visible. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,13 +21,14 @@
 #include "shard_int.h"
 #include "tally/rating.h"
 
-#define MAX_DAYS 62 /* a month is at most 31 local days; more means bad input */
-#define SVG_W    860
-#define SVG_H    170
-#define PLOT_X   74
-#define PLOT_Y   12
-#define PLOT_W   (SVG_W - PLOT_X - 8)
-#define PLOT_H   (SVG_H - PLOT_Y - 30)
+#define MAX_DAYS  62 /* a month is at most 31 local days; more means bad input */
+#define SVG_W     860
+#define SVG_H     170
+#define PLOT_X    74
+#define PLOT_Y    12
+#define PLOT_W    (SVG_W - PLOT_X - 8)
+#define PLOT_H    (SVG_H - PLOT_Y - 30)
+#define MIN_BAR_H 3 /* viewBox units: about 3 px on screen and 1 mm in print */
 
 typedef struct chart_days {
     size_t n;
@@ -136,46 +139,68 @@ static tally_err load_usage(tally_ledger *l, chart_days *d, const char *account,
     return e;
 }
 
-/* The axis top in hundredths of a price unit: the smallest 1, 2 or 5 x 10^k
- * at or above the largest day. */
-static __int128 axis_top(__int128 max, int64_t divisor)
+/* Axis tops and their tick steps in tenths of a power of ten: 1 (0.2 apart),
+ * 1.2 (0.2), 1.5 (0.5), 2 (0.5), 2.5 (0.5), 3 (0.5), 4 (1), 5 (1), 6 (1), 8 (2).
+ * Consecutive tops are at most a third apart. */
+static const struct {
+    int top, step;
+} nice_tops[] = {{10, 2}, {12, 2},  {15, 5},  {20, 5},  {25, 5},
+                 {30, 5}, {40, 10}, {50, 10}, {60, 10}, {80, 20}};
+
+html_axis html_chart_axis(__int128 max, int64_t divisor)
 {
-    __int128 need = (max * 100 + divisor - 1) / divisor;
+    __int128 need = (max * HTML_AXIS_SCALE + divisor - 1) / divisor;
     for (__int128 p = 1;; p *= 10)
-        for (int m = 1; m <= 5; m += m == 2 ? 3 : 1)
-            if (m * p >= need)
-                return m * p;
+        for (size_t i = 0; i < sizeof nice_tops / sizeof *nice_tops; i++)
+            if (nice_tops[i].top * p >= need)
+                return (html_axis){nice_tops[i].top * p, nice_tops[i].step * p,
+                                   nice_tops[i].top / nice_tops[i].step};
 }
 
-static void grid(html_w *w, __int128 top)
+int html_human_frac(__int128 q, __int128 divisor)
 {
-    for (int i = 0; i <= 4; i++) {
-        int y = PLOT_Y + PLOT_H - PLOT_H * i / 4;
+    __int128 a = q < 0 ? -q : q;
+    if (a >= divisor)
+        return 2;
+    int frac = 2;
+    __int128 scaled = a * 100;
+    while (frac < 6 && scaled < divisor * 100) {
+        scaled *= 10;
+        frac++;
+    }
+    return frac;
+}
+
+static void grid(html_w *w, html_axis ax)
+{
+    for (int i = 0; i <= ax.steps; i++) {
+        int y = PLOT_Y + PLOT_H - PLOT_H * i / ax.steps;
         char v[64];
-        html_decimal(v, sizeof v, top * i, 400, 4); /* top * i / 4 hundredths */
+        html_decimal(v, sizeof v, ax.step * i, HTML_AXIS_SCALE, 8);
         hw_fmt(w, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"%s\"/>", PLOT_X, y,
                PLOT_X + PLOT_W, y, i == 0 ? "axis" : "grid");
         hw_fmt(w, "<text x=\"%d\" y=\"%d\" class=\"ylab\">%s</text>", PLOT_X - 8, y + 4, v);
     }
 }
 
-static void bars(html_w *w, const chart_days *d, int m, __int128 top, int64_t divisor,
+static void bars(html_w *w, const chart_days *d, int m, html_axis ax, int64_t divisor,
                  const char *unit)
 {
     int n = (int)d->n, slot = PLOT_W / n, bw = slot > 6 ? slot - 4 : slot - 1;
     for (int i = 0; i < n; i++) {
         __int128 q = d->qty[m][i];
         int x = PLOT_X + PLOT_W * i / n + (slot - bw) / 2;
-        int h = (int)(q * 100 * PLOT_H / (top * divisor));
-        if (q > 0 && h < 1)
-            h = 1;
+        int h = (int)(q * HTML_AXIS_SCALE * PLOT_H / (ax.top * divisor));
+        if (q > 0 && h < MIN_BAR_H)
+            h = MIN_BAR_H;
         char v[64];
         html_decimal(v, sizeof v, q, divisor, 6);
         if (q > 0) {
             hw_fmt(w, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">", x,
                    PLOT_Y + PLOT_H - h, bw, h, meter_style[m].color);
+            char units[96];
             hw_fmt(w, "<title>%s: %s ", d->label[i], v);
-            hw_esc(w, unit);
+            hw_esc(w, strcmp(v, "1") == 0 ? unit : html_unit_plural(unit, units, sizeof units));
             hw_raw(w, "</title></rect>");
         }
         const char *day = d->label[i] + 8;
@@ -195,25 +220,28 @@ static void one_chart(html_w *w, const chart_days *d, int m)
         return;
     int64_t divisor = tally_meter_unit_divisor((tally_meter)m);
     const char *unit = tally_meter_price_unit((tally_meter)m);
-    __int128 top = axis_top(max, divisor);
-    char t[64];
-    html_decimal(t, sizeof t, total, divisor, 6);
+    html_axis ax = html_chart_axis(max, divisor);
+    char t[64], exact[64];
+    html_decimal(t, sizeof t, total, divisor, html_human_frac(total, divisor));
+    html_decimal(exact, sizeof exact, total, divisor, 6);
     hw_raw(w, "<figure class=\"chart\"><figcaption><span>");
     hw_esc(w, meter_style[m].title);
     char units[96];
     html_unit_plural(unit, units, sizeof units);
     hw_raw(w, " per day <span class=\"muted\">(");
     hw_esc(w, units);
-    hw_raw(w, ")</span></span><span class=\"muted\">");
-    hw_fmt(w, "%s ", t);
+    hw_raw(w, ")</span></span><span class=\"muted\" title=\"");
+    hw_fmt(w, "%s ", exact); /* the exact figure on hover; the invoice lines have it too */
+    hw_esc(w, units);
+    hw_fmt(w, "\">%s%s ", strcmp(t, exact) != 0 ? "about " : "", t);
     hw_esc(w, units);
     hw_raw(w, " in the period</span></figcaption>");
     hw_fmt(w, "<svg viewBox=\"0 0 %d %d\" width=\"100%%\" role=\"img\" aria-label=\"", SVG_W,
            SVG_H);
     hw_esc(w, meter_style[m].title);
     hw_raw(w, " per day\">");
-    grid(w, top);
-    bars(w, d, m, top, divisor, unit);
+    grid(w, ax);
+    bars(w, d, m, ax, divisor, unit);
     hw_raw(w, "</svg></figure>");
 }
 

@@ -31,6 +31,22 @@ void html_decimal(char *buf, size_t cap, __int128 q, __int128 divisor, int max_f
  * "GB-days"; "GB" and "million tokens" stay), into buf. */
 const char *html_unit_plural(const char *unit, char *buf, size_t cap);
 
+/* The number of fractional digits to show a quantity with for people: 2
+ * from one price unit up ("20.97"), else enough for 3 significant digits
+ * ("0.0167"), at most 6. */
+int html_human_frac(__int128 q, __int128 divisor);
+
+/* The usage chart's value axis, in 10^-8 of a price unit (HTML_AXIS_SCALE),
+ * for a largest day of max base units (divisor base units per price unit):
+ * the top and the tick step, with 3 to 6 steps from 0 to the top, every tick
+ * a multiple of 1, 2 or 5 x 10^k, and the top at most a third above max. */
+#define HTML_AXIS_SCALE 100000000
+typedef struct html_axis {
+    __int128 top, step;
+    int steps;
+} html_axis;
+html_axis html_chart_axis(__int128 max, int64_t divisor);
+
 /* Appends the usage chart of an account over [start_s, end_s): one bar chart
  * per meter with usage, a bar per local day in tz (inline SVG). Reads
  * usage_intervals and usage_points. A time zone that cannot be resolved gives

@@ -187,6 +187,12 @@ tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d);
 
 /* ---- invoice_files.c -------------------------------------------------------- */
 
+/* Appends the name of a run's output file, "<dir>/<account>-<period>.<ext>"
+ * (no "<dir>/" when dir is NULL), the account percent-encoded where a byte is
+ * not safe in a file name. The invoice page names the JSON file this way. */
+tally_err inv_file_name(tally_buf *b, const char *dir, const char *account, const char *period,
+                        const char *ext);
+
 /* Writes <account>-<period>.{json,csv,html} of a document into dir (the
  * account id percent-encoded where it is not a safe file name).
  * Errors: TALLY_IO (why names the file), and those of the formats. */

@@ -141,8 +141,7 @@ static tally_err commit(srv_call *c, tally_pipeline *p, srv_events_call *ec, con
         if (r->status == SRV_EV_QUARANTINED && !had_reason) { /* unknown_sku, no_price */
             char origin[96];
             origin_of(c, queued[k], origin, sizeof origin);
-            e = tally_ledger_quarantine_reason(c->srv->ledger, origin, r->reason,
-                                               sizeof r->reason);
+            e = tally_ledger_quarantine_reason(c->srv->ledger, origin, r->reason, sizeof r->reason);
             if (e == TALLY_NOT_FOUND)
                 e = TALLY_OK;
         }

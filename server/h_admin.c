@@ -40,7 +40,9 @@ static bool grant_currency(srv_call *c, const char *account, const char *wanted,
     *out = (wanted && strlen(wanted) != 3) ? NULL : tally_currency_find(code);
     if (!*out) {
         srv_fail(c, 400, "unknown_currency", "unknown currency \"%.16s\"",
-                 code[0] ? code : wanted ? wanted : "(no rate card loaded)");
+                 code[0]  ? code
+                 : wanted ? wanted
+                          : "(no rate card loaded)");
         return false;
     }
     return true;

@@ -174,8 +174,8 @@ static srv_outcome dispatch(srv_call *c)
      * share one read transaction, which also takes the file locks once
      * instead of once per statement. Writers (events, credits, prices) open
      * their own write transactions in the ledger. */
-    bool snapshot = strcmp(r->method, "GET") == 0 &&
-                    tally_ledger_read_begin(c->srv->ledger) == TALLY_OK;
+    bool snapshot =
+        strcmp(r->method, "GET") == 0 && tally_ledger_read_begin(c->srv->ledger) == TALLY_OK;
     srv_outcome out = SRV_ANSWERED;
     if (authorize(c, r) && in_scope(c, r))
         out = r->handler(c);

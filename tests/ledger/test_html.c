@@ -1,8 +1,9 @@
 /* Tests for ledger/html.c and ledger/html_chart.c: the invoice page from a
  * hand-made ledger and document. Checks content, escaping, well-formedness,
  * the usage chart's exact bar heights, that the printed verification
- * commands really verify, and (when chromium is installed) that the page
- * renders in a headless browser with its totals in the page text. */
+ * commands really verify, and (when chromium is installed; under CI=true it
+ * must be) that the page renders in a headless browser with its totals in
+ * the page text and prints on at most two A4 pages. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,14 @@ static int setup(void **state)
                                   "'Acme <Labs> & \"Co\"', 0)") != TALLY_OK)
         return -1;
     add_usage(ledger);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO grants(id, account, kind, amount_minor, currency, priority, effective_s, "
+             "expires_s, scope, created_at) VALUES (1, 'acme', 'trial', 2000, 'CNY', 10, %lld, "
+             "%lld, 'sku=h100', 0)",
+             (long long)t_of("2026-03-01T00:00:00Z"), (long long)t_of("2026-03-31T00:00:00Z"));
+    if (tally_ledger_exec(ledger, sql) != TALLY_OK)
+        return -1;
     return 0;
 }
 
@@ -227,7 +236,7 @@ static void test_invoice_page(void **state)
     assert_non_null(strstr(p, "&lt;llama&gt;"));
     /* quantities in price units, exact */
     assert_non_null(strstr(p, "20.96 card-hours"));
-    assert_non_null(strstr(p, "75,456 card-seconds"));
+    assert_non_null(strstr(p, "75,456 <span class=\"nw\">card-seconds"));
     assert_non_null(strstr(p, "342.935278 card-hours")); /* 1234567 / 3600 */
     assert_non_null(strstr(p, "2.5 million tokens"));
     /* money, grouped */
@@ -239,7 +248,11 @@ static void test_invoice_page(void **state)
     assert_non_null(strstr(p, "original period 2026-02"));
     /* credits: what each grant paid */
     assert_non_null(strstr(p, "Credits applied"));
-    assert_non_null(strstr(p, "lines 1<"));
+    assert_non_null(strstr(p, ">line 1<"));
+    assert_non_null(strstr(p, "<b>Trial voucher</b><div class=\"sub\">grant #1 (trial)"));
+    assert_non_null(strstr(p, "from 2026-03-01 00:00 UTC<br>expires 2026-03-31 00:00 UTC"));
+    assert_non_null(strstr(p, "only for sku=h100"));
+    assert_non_null(strstr(p, "<span class=\"sub\">trial #1</span> &minus;20.00"));
     /* grouped by meter */
     assert_int_equal(count(p, "<tr class=\"group\">"), 2);
     /* verification block */
@@ -247,6 +260,93 @@ static void test_invoice_page(void **state)
     assert_non_null(strstr(p, ZERO_HASH));
     tally_buf_release(&doc);
     tally_buf_release(&h);
+}
+
+/* The largest number in a chart's y labels, in 10^-8 units. */
+static __int128 label_value(const char *s)
+{
+    __int128 v = 0;
+    int frac = -1;
+    for (; *s && *s != '<'; s++) {
+        if (*s == '.')
+            frac = 0;
+        else if (*s >= '0' && *s <= '9') {
+            v = v * 10 + (*s - '0');
+            frac += frac >= 0;
+        }
+    }
+    for (int i = frac < 0 ? 0 : frac; i < 8; i++)
+        v *= 10;
+    return v;
+}
+
+/* Every chart on the page: its top label is at or above its tallest bar's
+ * value and at most a third above it, and its labels are evenly spaced. */
+static void assert_chart_axes_fit(const char *page)
+{
+    int charts = 0;
+    for (const char *svg = strstr(page, "<svg"); svg; svg = strstr(svg + 1, "<svg")) {
+        const char *end = strstr(svg, "</svg>");
+        assert_non_null(end);
+        __int128 labels[8], max = 0;
+        int n = 0;
+        for (const char *y = strstr(svg, "class=\"ylab\">"); y && y < end && n < 8;
+             y = strstr(y + 1, "class=\"ylab\">"))
+            labels[n++] = label_value(y + strlen("class=\"ylab\">"));
+        for (const char *t = strstr(svg, "<title>"); t && t < end; t = strstr(t + 1, "<title>")) {
+            __int128 v = label_value(strstr(t, ": ") + 2);
+            max = v > max ? v : max;
+        }
+        assert_in_range(n, 4, 7); /* 3 to 6 steps */
+        for (int i = 1; i < n; i++)
+            assert_true(labels[i] - labels[i - 1] == labels[1]);
+        assert_true(labels[n - 1] >= max);
+        assert_true(labels[n - 1] * 3 <= max * 4);
+        charts++;
+    }
+    assert_true(charts > 0);
+}
+
+static void test_chart_axis(void **state)
+{
+    (void)state;
+    static const struct {
+        long long max, divisor;
+        long long top, step; /* price units x 100 */
+    } cases[] = {
+        {75476, 3600, 2500, 500},     /* 20.97 card-hours: 0-25 by 5, not 0-50 */
+        {5190000, 1000000, 600, 100}, /* 5.19 million tokens: 0-6 by 1, not 0-10 */
+        {7200, 3600, 200, 50},        /* exactly 2: 2 */
+        {7201, 3600, 250, 50},        /* just above 2: 2.5 */
+        {21601, 3600, 800, 200},      /* just above 6: 8 */
+        {36000, 3600, 1000, 200},     /* 10 */
+        {36001, 3600, 1200, 200},     /* just above 10: 12 */
+        {60, 3600, 2, 0},             /* 0.0167: 0.02 */
+        {1, 1, 100, 20},              /* 1 */
+        {4000000000000LL, 1, 400000000000000LL, 100000000000000LL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        html_axis ax = html_chart_axis(cases[i].max, cases[i].divisor);
+        assert_true(ax.top == (__int128)cases[i].top * (HTML_AXIS_SCALE / 100));
+        if (cases[i].step)
+            assert_true(ax.step == (__int128)cases[i].step * (HTML_AXIS_SCALE / 100));
+        assert_true(ax.step * ax.steps == ax.top);
+        assert_in_range(ax.steps, 3, 6);
+    }
+    /* every maximum from 1 to 10,000 hundredths: top above it by at most a third */
+    for (long long m = 1; m <= 10000; m++) {
+        html_axis ax = html_chart_axis(m, 100);
+        __int128 want = (__int128)m * (HTML_AXIS_SCALE / 100);
+        assert_true(ax.top >= want);
+        assert_true(ax.top * 3 <= want * 4);
+        assert_true(ax.step * ax.steps == ax.top);
+    }
+    assert_int_equal(html_human_frac(75476, 3600), 2); /* 20.97 */
+    assert_int_equal(html_human_frac(60, 3600), 4);    /* 0.0167 */
+    assert_int_equal(html_human_frac(1800, 3600), 3);  /* 0.5 */
+    char buf[64];
+    html_decimal(buf, sizeof buf, 75476, 3600, html_human_frac(75476, 3600));
+    assert_string_equal(buf, "20.97");
 }
 
 static void test_chart(void **state)
@@ -262,14 +362,18 @@ static void test_chart(void **state)
     assert_int_equal(count(p, "<rect"), 5);
     /* 31 local days, labelled 1..31 */
     assert_int_equal(count(p, "class=\"xlab\""), 62);
-    /* axis top 2 card-hours: 2 h is the full 128 px, 1 h half of it */
-    assert_non_null(strstr(p, "height=\"128\" fill=\"#2563eb\"><title>2026-03-02: 2 card-hour"));
-    assert_non_null(strstr(p, "height=\"64\" fill=\"#2563eb\"><title>2026-03-01: 1 card-hour"));
+    /* axis 0-2 card-hours in steps of 0.5: 2 h is the full 128 px, 1 h half of it */
+    assert_non_null(strstr(p, "class=\"ylab\">0.5<"));
+    assert_non_null(strstr(p, "class=\"ylab\">2<"));
+    assert_non_null(strstr(p, "height=\"128\" fill=\"#2563eb\"><title>2026-03-02: 2 card-hours<"));
+    assert_non_null(strstr(p, "height=\"64\" fill=\"#2563eb\"><title>2026-03-01: 1 card-hour<"));
     assert_non_null(strstr(p, "<title>2026-03-09: 1 card-hour"));
     assert_non_null(strstr(p, "<title>2026-03-10: 1 card-hour"));
-    /* 1.5 million tokens on an axis of 2: 128 * 150 / 200 = 96 */
-    assert_non_null(strstr(p, "height=\"96\" fill=\"#d97706\"><title>2026-03-05: 1.5 million"));
-    assert_non_null(strstr(p, "5 card-hours in the period"));
+    /* 1.5 million tokens on an axis of 0-1.5: the full height */
+    assert_non_null(strstr(p, "height=\"128\" fill=\"#d97706\"><title>2026-03-05: 1.5 million"));
+    assert_non_null(strstr(p, "class=\"ylab\">1.5<"));
+    assert_non_null(strstr(p, ">5 card-hours in the period"));
+    assert_chart_axes_fit(p);
     tally_buf_release(&doc);
     tally_buf_release(&h);
 }
@@ -363,10 +467,12 @@ static void test_printed_commands_verify(void **state)
     assert_int_equal(ledger_invoice_html(ledger, doc.data, doc.len, &h), TALLY_OK);
     assert_int_equal(tally_pubkey_pem(key, &pem), TALLY_OK);
     char path[700];
-    snprintf(path, sizeof path, "%s/INV-2026-000001.json", dir);
+    /* the page names the file `invoice run --out` writes */
+    assert_non_null(strstr(h.data, "f=acme-2026-03.json\n"));
+    snprintf(path, sizeof path, "%s/acme-2026-03.json", dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fprintf(f, "%s\n", doc.data); /* as `tally invoice show` prints it */
+    fputs(doc.data, f); /* the stored bytes, as `invoice run --out` writes them */
     fclose(f);
     snprintf(path, sizeof path, "%s/pub.pem", dir);
     f = fopen(path, "w");
@@ -396,6 +502,17 @@ static void test_printed_commands_verify(void **state)
     assert_int_equal(tu_sh(&out, "cd '%s' && sh check.sh 2>&1", dir), 0);
     assert_non_null(strstr(out.data, "hash matches"));
     assert_non_null(strstr(out.data, "Signature Verified Successfully"));
+    /* a copy saved with a trailing newline verifies too; a changed one does not */
+    tally_buf_reset(&out);
+    assert_int_equal(tu_sh(&out, "cd '%s' && echo >> acme-2026-03.json && sh check.sh 2>&1", dir),
+                     0);
+    assert_non_null(strstr(out.data, "hash matches"));
+    assert_non_null(strstr(out.data, "Signature Verified Successfully"));
+    tally_buf_reset(&out);
+    assert_true(tu_sh(&out,
+                      "cd '%s' && sed -i 's/10030.00/10.00/' acme-2026-03.json && sh check.sh",
+                      dir) != 0);
+    assert_null(strstr(out.data, "hash matches"));
     tally_buf_release(&doc);
     tally_buf_release(&h);
     tally_buf_release(&pem);
@@ -415,11 +532,105 @@ static const char *chromium(void)
     "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run "                         \
     "--disable-background-networking --disable-component-update --disable-sync"
 
+/* chromium; without it the test fails in CI and skips elsewhere. */
+static const char *chromium_or_skip(void)
+{
+    const char *chrome = chromium();
+    TU_REQUIRE_TOOL(chrome != NULL, "chromium");
+    return chrome;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Pages in a PDF that Chromium wrote: its page objects ("/Type /Page", not
+ * the "/Type /Pages" tree). */
+static int pdf_pages(const char *path)
+{
+    tally_buf pdf;
+    tally_buf_init(&pdf, 0);
+    assert_int_equal(tu_read_file(path, &pdf), 0);
+    assert_true(pdf.len > 4 && memcmp(pdf.data, "%PDF", 4) == 0);
+    int n = 0;
+    const char *needle = "/Type /Page";
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k < pdf.len; i++)
+        if (memcmp(pdf.data + i, needle, k) == 0 && pdf.data[i + k] != 's')
+            n++;
+    tally_buf_release(&pdf);
+    return n;
+}
+
+/* A finalized invoice of n accelerator lines (a100-40g, a100-80g, ...). */
+static void long_invoice_doc(tally_buf *out, int n)
+{
+    static const char *const skus[] = {"a100-40g", "a100-80g", "h100", "rtx4090", "tpu-v4-64"};
+    tally_buf lines;
+    tally_buf_init(&lines, 0);
+    for (int i = 1; i <= n; i++)
+        assert_int_equal(
+            tally_buf_printf(&lines,
+                             "%s{\"line\":%d,\"kind\":\"%s\",\"meter\":\"accelerator\",\"sku\":"
+                             "\"%s\",\"dim2\":\"\",\"pricing\":\"on_demand\",\"migration\":false,"
+                             "\"quantity\":\"%d\",\"unit\":\"card-second\",\"unit_price\":"
+                             "\"1.90\",\"price_unit\":\"card-hour\",\"amount\":\"%d.00\","
+                             "\"credits\":[%s]}",
+                             i > 1 ? "," : "", i, i % 4 == 0 ? "minimum" : "usage", skus[i % 5],
+                             3600 * i + 17, i * 2,
+                             i == 1 || i == 2 ? "{\"grant_id\":1,\"amount\":\"1.00\"}" : ""),
+            TALLY_OK);
+    make_doc(out, "INV-2026-000002", "invoice", "finalized", lines.data, "420.00",
+             "{\"grant_id\":1,\"kind\":\"trial\",\"amount\":\"2.00\"}", "2.00", "418.00", "");
+    tally_buf_release(&lines);
+}
+
+/* The print view on A4: the page count of Chromium's PDF. */
+static int printed_pages(const char *chrome, const char *name, const tally_buf *doc)
+{
+    tally_buf h;
+    tally_buf_init(&h, 0);
+    assert_int_equal(ledger_invoice_html(ledger, doc->data, doc->len, &h), TALLY_OK);
+    char html[700], pdf[700];
+    snprintf(html, sizeof html, "%s/%s.html", dir, name);
+    snprintf(pdf, sizeof pdf, "%s/%s.pdf", dir, name);
+    write_text(html, h.data);
+    (void)unlink(pdf);
+    assert_int_equal(tu_sh(NULL,
+                           "timeout 120 %s " CHROMIUM_FLAGS " --user-data-dir='%s/chrome-%s' "
+                           "--no-pdf-header-footer --print-to-pdf='%s' 'file://%s' >/dev/null 2>&1",
+                           chrome, dir, name, pdf, html),
+                     0);
+    tally_buf_release(&h);
+    return pdf_pages(pdf);
+}
+
+/* Printed, the 3-line invoice with two charts and a 20-line one each fit on
+ * at most two A4 pages (a 5-line invoice used to take three). */
+static void test_prints_on_two_pages(void **state)
+{
+    (void)state;
+    const char *chrome = chromium_or_skip();
+    tally_buf doc;
+    tally_buf_init(&doc, 0);
+    invoice_doc(&doc);
+    int short_pages = printed_pages(chrome, "print-short", &doc);
+    long_invoice_doc(&doc, 20);
+    int long_pages = printed_pages(chrome, "print-long", &doc);
+    print_message("printed: 3 lines on %d A4 page(s), 20 lines on %d\n", short_pages, long_pages);
+    assert_in_range(short_pages, 1, 2);
+    assert_in_range(long_pages, 1, 2);
+    tally_buf_release(&doc);
+}
+
 static void test_renders_in_chromium(void **state)
 {
     (void)state;
-    const char *chrome = chromium();
-    TU_REQUIRE_TOOL(chrome != NULL, "chromium");
+    const char *chrome = chromium_or_skip();
     tally_buf doc, h, dom;
     tally_buf_init(&doc, 0);
     tally_buf_init(&h, 0);
@@ -459,11 +670,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decimal),
         cmocka_unit_test(test_invoice_page),
+        cmocka_unit_test(test_chart_axis),
         cmocka_unit_test(test_chart),
         cmocka_unit_test(test_draft_and_credit_note),
         cmocka_unit_test(test_bad_documents),
         cmocka_unit_test(test_printed_commands_verify),
         cmocka_unit_test(test_renders_in_chromium),
+        cmocka_unit_test(test_prints_on_two_pages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
