@@ -58,8 +58,8 @@ tally_err tally_producer_create(const tally_producer_opts *o, tally_producer **o
     return TALLY_OK;
 }
 
-tally_err tally_producer_send(tally_producer *p, const char *topic, const char *key,
-                              size_t key_len, const void *value, size_t len, void *msg_ctx)
+tally_err tally_producer_send(tally_producer *p, const char *topic, const char *key, size_t key_len,
+                              const void *value, size_t len, void *msg_ctx)
 {
     rd_kafka_resp_err_t err = rd_kafka_producev(
         p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
@@ -102,8 +102,7 @@ tally_err tally_producer_wake_fd(tally_producer *p, int *fd)
 
 tally_err tally_producer_flush(tally_producer *p, int timeout_ms)
 {
-    return rd_kafka_flush(p->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR ? TALLY_OK
-                                                                           : TALLY_KAFKA;
+    return rd_kafka_flush(p->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR ? TALLY_OK : TALLY_KAFKA;
 }
 
 void tally_producer_destroy(tally_producer *p, int flush_ms)
@@ -142,8 +141,7 @@ static tally_err lag_line(tally_producer *p, tally_ledger *l, const char *topic,
                             (int)part, (long long)(lag > 0 ? lag : 0));
 }
 
-tally_err tally_producer_lag(tally_producer *p, tally_ledger *l, const char *topic,
-                             tally_buf *out)
+tally_err tally_producer_lag(tally_producer *p, tally_ledger *l, const char *topic, tally_buf *out)
 {
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, topic, NULL);

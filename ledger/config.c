@@ -127,7 +127,7 @@ static tally_err default_currency(tally_ledger *l, const char *fallback, char ou
 }
 
 tally_err tally_ledger_currency_for(tally_ledger *l, const char *account, const char *wanted,
-                                   char out[4])
+                                    char out[4])
 {
     out[0] = '\0';
     if (wanted) {

@@ -45,12 +45,11 @@ tally_err tally_ledger_keys(tally_ledger *l, bool active_only, tally_key_fn fn, 
 {
     sqlite3_stmt *st;
     tally_err e = ledger_prepare(l,
-                                 active_only
-                                     ? "SELECT id, key_hash, account, admin, created_at, "
-                                       "coalesce(revoked_at, 0) FROM api_keys "
-                                       "WHERE revoked_at IS NULL ORDER BY id"
-                                     : "SELECT id, key_hash, account, admin, created_at, "
-                                       "coalesce(revoked_at, 0) FROM api_keys ORDER BY id",
+                                 active_only ? "SELECT id, key_hash, account, admin, created_at, "
+                                               "coalesce(revoked_at, 0) FROM api_keys "
+                                               "WHERE revoked_at IS NULL ORDER BY id"
+                                             : "SELECT id, key_hash, account, admin, created_at, "
+                                               "coalesce(revoked_at, 0) FROM api_keys ORDER BY id",
                                  &st);
     if (e)
         return e;
@@ -93,7 +92,8 @@ tally_err tally_ledger_key_insert(tally_ledger *l, const unsigned char hash[32],
 tally_err tally_ledger_key_revoke(tally_ledger *l, int64_t id, int64_t now_s)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, "SELECT revoked_at IS NOT NULL FROM api_keys WHERE id = ?1", &st);
+    tally_err e =
+        ledger_prepare(l, "SELECT revoked_at IS NOT NULL FROM api_keys WHERE id = ?1", &st);
     if (e)
         return e;
     sqlite3_bind_int64(st, 1, id);
@@ -106,8 +106,8 @@ tally_err tally_ledger_key_revoke(tally_ledger *l, int64_t id, int64_t now_s)
         return TALLY_NOT_FOUND;
     if (revoked)
         return TALLY_EXISTS;
-    e = ledger_prepare(l, "UPDATE api_keys SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL",
-                       &st);
+    e = ledger_prepare(
+        l, "UPDATE api_keys SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL", &st);
     if (e)
         return e;
     sqlite3_bind_int64(st, 1, now_s);

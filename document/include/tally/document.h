@@ -21,7 +21,8 @@ typedef struct tally_card {
 
 /* Parses a rate card's JSON into *out (arrays allocated; free with
  * tally_card_release). Errors: TALLY_PARSE with why filled. */
-TALLY_MUST_CHECK tally_err tally_card_parse(const char *json, size_t len, tally_card *out, char *why, size_t cap);
+TALLY_MUST_CHECK tally_err tally_card_parse(const char *json, size_t len, tally_card *out,
+                                            char *why, size_t cap);
 void tally_card_release(tally_card *c);
 
 /* Whether two parsed cards say the same (their JSON may differ in order and

@@ -27,8 +27,8 @@ typedef enum tally_producer_kind {
 } tally_producer_kind;
 
 typedef struct tally_producer_conf_opts {
-    const char *brokers;        /* bootstrap.servers; required */
-    const char *client_id;      /* required, e.g. "tally-publish" */
+    const char *brokers;   /* bootstrap.servers; required */
+    const char *client_id; /* required, e.g. "tally-publish" */
     tally_producer_kind kind;
     int64_t message_timeout_ms; /* 0: the kind's default */
 } tally_producer_conf_opts;

@@ -23,21 +23,21 @@ typedef struct tally_producer tally_producer;
 typedef void (*tally_delivery_fn)(void *msg_ctx, tally_err e, const char *reason);
 
 typedef struct tally_producer_opts {
-    const char *brokers;   /* required */
-    const char *client_id; /* required */
+    const char *brokers;           /* required */
+    const char *client_id;         /* required */
     tally_delivery_fn on_delivery; /* NULL: reports are dropped */
 } tally_producer_opts;
 
 /* Errors: TALLY_INVAL (opts), TALLY_KAFKA, TALLY_NOMEM; why says what. */
-TALLY_MUST_CHECK tally_err tally_producer_create(const tally_producer_opts *o,
-                                                 tally_producer **out, char *why, size_t cap);
+TALLY_MUST_CHECK tally_err tally_producer_create(const tally_producer_opts *o, tally_producer **out,
+                                                 char *why, size_t cap);
 
 /* Queues one message (copied). topic and key are borrowed for the call.
  * Errors: TALLY_BUSY (the local queue is full: serve, then retry),
  * TALLY_KAFKA (anything else). */
 TALLY_MUST_CHECK tally_err tally_producer_send(tally_producer *p, const char *topic,
-                                               const char *key, size_t key_len,
-                                               const void *value, size_t len, void *msg_ctx);
+                                               const char *key, size_t key_len, const void *value,
+                                               size_t len, void *msg_ctx);
 
 /* Serves waiting delivery reports, waiting up to timeout_ms for the first. */
 void tally_producer_serve(tally_producer *p, int timeout_ms);
@@ -58,7 +58,7 @@ void tally_producer_destroy(tally_producer *p, int flush_ms);
  * partition of topic: the high watermark less the ledger's stored offset.
  * Partitions whose figures are unavailable get a comment line instead.
  * Errors: those of tally_buf_printf. */
-TALLY_MUST_CHECK tally_err tally_producer_lag(tally_producer *p, tally_ledger *l,
-                                              const char *topic, tally_buf *out);
+TALLY_MUST_CHECK tally_err tally_producer_lag(tally_producer *p, tally_ledger *l, const char *topic,
+                                              tally_buf *out);
 
 #endif
