@@ -28,6 +28,7 @@
 #include "../ledger/ledger_int.h"
 #include "tally/embed.h"
 #include "tally/ingest.h"
+#include "tally/ledger_sql.h"
 
 #define SOURCES   100
 #define INSTANCES 1000

@@ -21,6 +21,7 @@
 #include "../server/server_int.h"
 #include "tally/embed.h"
 #include "tally/server.h"
+#include "tally/ledger_sql.h"
 
 #define FUZZ_MAX_TARGET 2048
 

@@ -12,23 +12,6 @@
 
 #include "invoice_int.h"
 
-static bool safe_byte(unsigned char c, bool first)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return true;
-    return c == '_' || c == '-' || c == '@' || c == '+' || (c == '.' && !first);
-}
-
-tally_err inv_file_name(tally_buf *b, const char *dir, const char *account, const char *period,
-                        const char *ext)
-{
-    tally_err e = dir ? tally_buf_printf(b, "%s/", dir) : TALLY_OK;
-    for (const unsigned char *p = (const unsigned char *)account; !e && *p; p++)
-        e = safe_byte(*p, p == (const unsigned char *)account) ? tally_buf_append(b, p, 1)
-                                                               : tally_buf_printf(b, "%%%02X", *p);
-    return e ? e : tally_buf_printf(b, "-%s.%s", period, ext);
-}
-
 static tally_err write_file(const char *path, const tally_buf *data, char *why, size_t cap)
 {
     char tmp[1100];
@@ -77,7 +60,7 @@ tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account,
     for (int k = OUT_JSON; !e && k <= OUT_HTML; k++) {
         tally_buf_reset(&name);
         tally_buf_reset(&body);
-        e = inv_file_name(&name, dir, account, period, exts[k]);
+        e = tally_invoice_file_name(&name, dir, account, period, exts[k]);
         if (!e)
             e = render(l, k, doc, len, &body);
         if (e) {

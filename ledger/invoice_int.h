@@ -13,27 +13,6 @@
 
 #define INV_ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
 
-/* ---- period.c: calendar arithmetic in IANA time zones ---------------------- */
-
-/* Parses "YYYY-MM" (exactly 7 bytes, year 1970..9998, month 01..12).
- * Errors: TALLY_INVAL. */
-tally_err inv_period_parse(const char *period, int *year, int *month);
-
-/* Whether tz names a zone Tally can use: "UTC" or a file under the zoneinfo
- * directory ($TZDIR or /usr/share/zoneinfo), with no "..", no leading '/'. */
-bool inv_tz_valid(const char *tz);
-
-/* The UTC bounds [start, end) of the local calendar day holding t_s in tz,
- * and its label "YYYY-MM-DD" (cap >= 11). Errors: TALLY_INVAL. */
-tally_err inv_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_t *end_s, char *label,
-                         size_t cap);
-
-/* The period "YYYY-MM" holding t_s in tz (cap >= 8). Errors: TALLY_INVAL. */
-tally_err inv_period_of(const char *tz, int64_t t_s, char *period, size_t cap);
-
-/* The period before or after "YYYY-MM" (delta -1 or +1), into out (cap >= 8). */
-void inv_period_step(const char *period, int delta, char *out, size_t cap);
-
 /* ---- invoice_gather.c: one account's rating input --------------------------- */
 
 /* What a run reads once (rate cards, spot points) and the statements it
@@ -186,12 +165,6 @@ tally_err inv_store(tally_ledger *l, const inv_doc *d, const inv_sealed *s);
 tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d);
 
 /* ---- invoice_files.c -------------------------------------------------------- */
-
-/* Appends the name of a run's output file, "<dir>/<account>-<period>.<ext>"
- * (no "<dir>/" when dir is NULL), the account percent-encoded where a byte is
- * not safe in a file name. The invoice page names the JSON file this way. */
-tally_err inv_file_name(tally_buf *b, const char *dir, const char *account, const char *period,
-                        const char *ext);
 
 /* Writes <account>-<period>.{json,csv,html} of a document into dir (the
  * account id percent-encoded where it is not a safe file name).

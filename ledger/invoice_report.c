@@ -95,7 +95,7 @@ static tally_err rate_days(inv_gatherer *g, const tally_account *a, int64_t from
         char label[16];
         if (days >= MAX_DAYS)
             return TALLY_INVAL;
-        e = inv_day_bounds(a->timezone, t, &ds, &de, label, sizeof label);
+        e = tally_day_bounds(a->timezone, t, &ds, &de, label, sizeof label);
         if (!e)
             e = rate_window(g, a, t, de < to ? de : to, TALLY_BY_DAY, label, x, r);
         t = de;
@@ -297,7 +297,7 @@ tally_err tally_balance_report(tally_ledger *l, const char *account, tally_buf *
     int64_t now = tally_now_s(), tot[3] = {0, 0, 0};
     char period[8];
     size_t start = out->len;
-    e = inv_period_of(a.timezone, now, period, sizeof period);
+    e = tally_period_of(a.timezone, now, period, sizeof period);
     if (!e)
         e = tally_buf_puts(out, "{\"account\":");
     if (!e)

@@ -220,7 +220,7 @@ static tally_err finalize(run *r, const tally_account *a, const tally_rating_res
     inv_doc d;
     inv_sealed sealed = {.usage_seq = usage_seq};
     char prev[65];
-    tally_err e = inv_period_parse(r->o->period, &y, &m);
+    tally_err e = tally_period_parse(r->o->period, &y, &m);
     doc_from(r, a, res, &d);
     if (!e)
         e = inv_next_number(r->l, "invoice", y, &d.number);
@@ -452,7 +452,7 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
     if (r.cap)
         r.why[0] = '\0';
     int y, m;
-    if (!o || inv_period_parse(o->period, &y, &m) != TALLY_OK) {
+    if (!o || tally_period_parse(o->period, &y, &m) != TALLY_OK) {
         snprintf(r.why, r.cap, "bad period '%s': expected YYYY-MM",
                  o && o->period ? o->period : "");
         return TALLY_INVAL;

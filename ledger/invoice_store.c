@@ -78,7 +78,11 @@ static tally_err insert_invoice(tally_ledger *l, const inv_doc *d, const inv_sea
     if (e)
         return e;
     int y = 0, m = 0;
-    (void)inv_period_parse(d->period, &y, &m);
+    e = tally_period_parse(d->period, &y, &m);
+    if (e) {
+        sqlite3_finalize(st);
+        return e;
+    }
     sqlite3_bind_text(st, 1, d->invoice_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, d->credit_note ? "credit_note" : "invoice", -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 3, y);

@@ -236,7 +236,7 @@ static tally_err issue(tally_ledger *l, const voided *v, const char *reason, con
     };
     const tally_currency *c = tally_currency_find(v->currency);
     d.minor_digits = c ? c->minor_digits : 2;
-    tally_err e = inv_period_parse(v->period, &y, &m) ? TALLY_DB : TALLY_OK;
+    tally_err e = tally_period_parse(v->period, &y, &m) ? TALLY_DB : TALLY_OK;
     if (!e)
         e = inv_next_number(l, "credit_note", y, &d.number);
     if (!e)

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "ledger_int.h"
+#include "tally/ledger_sql.h"
 #include "shard_int.h"
 #include "tally/embed.h"
 

@@ -65,7 +65,8 @@ tally_err ledger_post(tally_ledger *l, const char *kind, const char *ref, const 
                       const ledger_posting *p, size_t n);
 
 /* Appends a self-contained, printable HTML page for a canonical invoice or
- * credit note document (ledger/html.c). Errors: TALLY_PARSE, TALLY_NOMEM,
+ * credit note document with the ledger as its page source (ledger/page_source.c,
+ * document/html.c). l may be NULL. Errors: TALLY_PARSE, TALLY_NOMEM,
  * TALLY_TOO_LARGE, TALLY_DB. */
 tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tally_buf *out);
 

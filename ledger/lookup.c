@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ledger_int.h"
+#include "tally/ledger_sql.h"
 
 static tally_err finish(tally_ledger *l, sqlite3_stmt *st, int rc)
 {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "invoice_int.h"
+#include "tally/ledger_sql.h"
 #include "tally/outbox.h"
 
 #define SOURCE_DEFAULT "tally"

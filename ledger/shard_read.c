@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "shard_int.h"
+#include "tally/ledger_sql.h"
 #include "tally/shard.h"
 
 #define READER_BUSY_MS 10000

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "shard_int.h"
+#include "tally/ledger_sql.h"
 #include "shard_lock.h"
 #include "tally/shard.h"
 

@@ -30,6 +30,7 @@
 #include "testutil.h"
 #include "tally/invoice.h"
 #include "tally/sign.h"
+#include "tally/ledger_sql.h"
 
 #define DEFAULT_NOW "2026-05-15T00:00:00Z"
 

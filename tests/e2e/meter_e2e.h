@@ -21,6 +21,7 @@
 #include "tally/event.h"
 
 #include "proc.h"
+#include "tally/ledger_sql.h"
 
 /* Child processes and the broker come from tests/util/proc.h; these are
  * their names in the meter tests. */

@@ -24,6 +24,7 @@
 
 #include "meter_e2e.h"
 #include "tally/shard.h"
+#include "tally/ledger_sql.h"
 
 #define PARTITIONS 12
 #define METERS     3

@@ -9,6 +9,7 @@
 #include "testutil.h"
 #include "../../ledger/batch_int.h"
 #include "tally/embed.h"
+#include "tally/ledger_sql.h"
 
 #define T0 1772323200LL /* 2026-03-01T00:00:00Z */
 

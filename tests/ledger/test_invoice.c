@@ -15,6 +15,7 @@
 #include "tally/ingest.h"
 #include "tally/invoice.h"
 #include "tally/sign.h"
+#include "tally/ledger_sql.h"
 
 #define NOW "2026-06-01T00:00:00Z"
 
@@ -216,7 +217,7 @@ static void day_is(const char *tz, const char *at, const char *start, const char
     int64_t t, s, e, ws, we;
     char got[16];
     assert_int_equal(tally_time_parse(at, strlen(at), &t), TALLY_OK);
-    assert_int_equal(inv_day_bounds(tz, t, &s, &e, got, sizeof got), TALLY_OK);
+    assert_int_equal(tally_day_bounds(tz, t, &s, &e, got, sizeof got), TALLY_OK);
     assert_int_equal(tally_time_parse(start, strlen(start), &ws), TALLY_OK);
     assert_int_equal(tally_time_parse(end, strlen(end), &we), TALLY_OK);
     assert_string_equal(got, label);
@@ -237,11 +238,11 @@ static void test_day_bounds(void **state)
     day_is("UTC", "1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z", "1970-01-02T00:00:00Z",
            "1970-01-01");
     char p[8];
-    assert_int_equal(inv_period_of("Asia/Shanghai", 1774976400, p, sizeof p), TALLY_OK);
+    assert_int_equal(tally_period_of("Asia/Shanghai", 1774976400, p, sizeof p), TALLY_OK);
     assert_string_equal(p, "2026-04"); /* 2026-03-31T17:00:00Z */
-    inv_period_step("2026-12", 1, p, sizeof p);
+    tally_period_step("2026-12", 1, p, sizeof p);
     assert_string_equal(p, "2027-01");
-    inv_period_step("2026-01", -1, p, sizeof p);
+    tally_period_step("2026-01", -1, p, sizeof p);
     assert_string_equal(p, "2025-12");
 }
 

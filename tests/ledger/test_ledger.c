@@ -9,6 +9,7 @@
 #include "testutil.h"
 #include "../../ledger/ledger_int.h"
 #include "tally/embed.h"
+#include "tally/ledger_sql.h"
 
 static char db_path[600];
 

@@ -9,6 +9,7 @@
 #include "testutil.h"
 #include "../../ledger/ledger_int.h"
 #include "tally/outbox.h"
+#include "tally/ledger_sql.h"
 
 static tally_ledger *open_fresh(const char *tag)
 {

@@ -21,6 +21,7 @@
 #include "tally/invoice.h"
 #include "tally/shard.h"
 #include "tally/sign.h"
+#include "tally/ledger_sql.h"
 
 #define NOW   "2026-06-01T00:00:00Z"
 #define TOPIC "usage"

@@ -6,6 +6,7 @@
 
 #include "testutil.h"
 #include "tally/sign.h"
+#include "tally/ledger_sql.h"
 
 static char dir[512], key[600], other_key[600], pub[600];
 

@@ -6,6 +6,7 @@
 
 #include "testutil.h"
 #include "tally/pipeline.h"
+#include "tally/ledger_sql.h"
 
 #define NOW_S 1775001600LL /* 2026-04-01T00:00:00Z */
 

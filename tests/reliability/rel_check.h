@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "rel_model.h"
+#include "tally/ledger_sql.h"
 
 typedef struct rel_snap {
     int64_t next[REL_MAX_PARTS]; /* stored next offset; 0 if none */

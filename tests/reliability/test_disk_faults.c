@@ -25,6 +25,7 @@
 #include "rel_check.h"
 #include "faultvfs.h"
 #include "tally/ingest.h"
+#include "tally/ledger_sql.h"
 
 #define PARTS    2
 #define ACCOUNTS 12

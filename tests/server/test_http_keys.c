@@ -6,6 +6,7 @@
 
 #include "../../server/server_int.h"
 #include "testutil.h"
+#include "tally/ledger_sql.h"
 
 typedef struct keys_fixture {
     tally_ledger *l, *other;

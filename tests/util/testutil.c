@@ -1,4 +1,5 @@
 #include "testutil.h"
+#include "tally/ledger_sql.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,6 +10,7 @@
 #include "tally/buf.h"
 #include "tally/err.h"
 #include "tally/ledger.h"
+#include "tally/period.h"
 
 typedef struct tally_invoice_summary {
     char invoice_id[80]; /* INV-2026-000001, or "draft:<account>:<period>" (fits a 63-byte id) */
@@ -90,10 +91,5 @@ TALLY_MUST_CHECK tally_err tally_usage_report(tally_ledger *l, const char *accou
  * "amount_due"}}. Errors: TALLY_NOT_FOUND, TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_balance_report(tally_ledger *l, const char *account,
                                                 tally_buf *out);
-
-/* The UTC bounds [start, end) of period "YYYY-MM" in an IANA time zone.
- * Errors: TALLY_INVAL. */
-TALLY_MUST_CHECK tally_err tally_period_bounds(const char *period, const char *tz_name,
-                                               int64_t *start_s, int64_t *end_s);
 
 #endif

@@ -171,19 +171,6 @@ TALLY_MUST_CHECK tally_err tally_ledger_counts_get(tally_ledger *l, tally_ledger
 
 /* ---- Reading back, for the invoice engine, CLI and HTTP API --------------- */
 
-/* Runs fn for each row of a read-only SQL query with text parameters, for
- * code in this module's other files and for tests; not for untrusted SQL.
- * Column values are passed as strings (NULL for SQL NULL).
- * Errors: TALLY_DB, or what fn returns. */
-typedef tally_err (*tally_row_fn)(void *ctx, int ncols, const char *const *cols);
-TALLY_MUST_CHECK tally_err tally_ledger_query(tally_ledger *l, const char *sql,
-                                              const char *const *params, int nparams,
-                                              tally_row_fn fn, void *ctx);
-
-/* Runs SQL statements that write (used by tests and tools; not on hot paths).
- * Errors: TALLY_DB with the message in tally_ledger_errmsg(). */
-TALLY_MUST_CHECK tally_err tally_ledger_exec(tally_ledger *l, const char *sql);
-
 /* ---- Small reads and API keys' rows (ledger/lookup.c, ledger/keys.c) ---- */
 
 /* The currency for a new grant or account: wanted if given; else the

@@ -17,8 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "html_int.h"
-#include "invoice_int.h"
+#include "document_int.h"
 #include "tally/event.h"
 #include "tally/rating.h"
 
@@ -205,21 +204,10 @@ static tally_err view_parse(view *v, const char *doc, size_t len)
     return TALLY_OK;
 }
 
-/* The account's display name, if the ledger has one. */
-static tally_err load_account_name(tally_ledger *l, view *v)
+/* The account's display name, if its store has one. */
+static tally_err load_account_name(const tally_page_source *src, view *v)
 {
-    sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, "SELECT name FROM accounts WHERE id = ?1", &st);
-    if (e)
-        return e;
-    sqlite3_bind_text(st, 1, v->account, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
-        snprintf(v->account_name, sizeof v->account_name, "%s", sqlite3_column_text(st, 0));
-    else if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return src->account_name(src->ctx, v->account, v->account_name, sizeof v->account_name);
 }
 
 /* ---- page parts -------------------------------------------------------------- */
@@ -649,36 +637,34 @@ static void hw_time_s(html_w *w, int64_t t)
     hw_fmt(w, "%s UTC", d);
 }
 
-/* The grant's window and scope from the ledger: "valid from ..., expires ...". */
-static void grant_window(html_w *w, tally_ledger *l, int64_t grant)
+/* The grant's window and scope from its store: "from ..., expires ...". */
+static void grant_window(html_w *w, const tally_page_source *src, int64_t grant)
 {
-    sqlite3_stmt *st;
-    if (w->e || !l ||
-        (w->e = ledger_prepare(l, "SELECT effective_s, expires_s, scope FROM grants WHERE id = ?1",
-                               &st)) != TALLY_OK)
+    if (w->e || !src)
         return;
-    sqlite3_bind_int64(st, 1, grant);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    tally_buf scope;
+    tally_buf_init(&scope, 4096);
+    tally_grant_window g = {.scope = &scope};
+    tally_err e = src->grant_window(src->ctx, grant, &g);
+    if (e == TALLY_OK) {
         hw_raw(w, "from ");
-        hw_time_s(w, sqlite3_column_int64(st, 0));
+        hw_time_s(w, g.effective_s);
         hw_raw(w, "<br>");
-        if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
+        if (!g.expires) {
             hw_raw(w, "no expiry");
         } else {
             hw_raw(w, "expires ");
-            hw_time_s(w, sqlite3_column_int64(st, 1));
+            hw_time_s(w, g.expires_s);
         }
-        const char *scope = (const char *)sqlite3_column_text(st, 2);
-        if (scope && *scope) {
+        if (scope.len > 0) {
             hw_raw(w, "<div class=\"sub\">only for ");
-            hw_esc(w, scope);
+            hw_esc(w, scope.data);
             hw_raw(w, "</div>");
         }
-    } else if (rc != SQLITE_DONE) {
-        w->e = ledger_sqlite_err(l, rc);
+    } else if (e != TALLY_NOT_FOUND) {
+        w->e = e;
     }
-    sqlite3_finalize(st);
+    tally_buf_release(&scope);
 }
 
 static void page_totals(html_w *w, const view *v)
@@ -696,7 +682,7 @@ static void page_totals(html_w *w, const view *v)
     hw_raw(w, "</td></tr></table></section>");
 }
 
-static void page_credits(html_w *w, tally_ledger *l, const view *v)
+static void page_credits(html_w *w, const tally_page_source *src, const view *v)
 {
     size_t n = json_object_array_length(v->applied);
     if (n == 0)
@@ -712,7 +698,7 @@ static void page_credits(html_w *w, tally_ledger *l, const view *v)
         hw_fmt(w, "</b><div class=\"sub\">grant #%lld (", (long long)g);
         hw_esc(w, jget(c, "kind"));
         hw_raw(w, ")</div></td><td class=\"small\">");
-        grant_window(w, l, g);
+        grant_window(w, src, g);
         hw_raw(w, "</td><td class=\"muted\">");
         grant_lines(w, v, g);
         hw_raw(w, "</td><td class=\"r\">");
@@ -722,17 +708,17 @@ static void page_credits(html_w *w, tally_ledger *l, const view *v)
     hw_raw(w, "</tbody></table></section>");
 }
 
-static void page_chart(html_w *w, tally_ledger *l, const view *v)
+static void page_chart(html_w *w, const tally_page_source *src, const view *v)
 {
     int64_t s, e;
-    if (!l || v->credit_note || tally_time_parse(v->start, strlen(v->start), &s) != TALLY_OK ||
+    if (!src || v->credit_note || tally_time_parse(v->start, strlen(v->start), &s) != TALLY_OK ||
         tally_time_parse(v->end, strlen(v->end), &e) != TALLY_OK || e <= s)
         return;
     hw_raw(w, "<section class=\"section\"><h2>Usage per day</h2><p class=\"muted small\" "
               "style=\"margin:0 0 6px\">Quantity used on each day of the period (local days in ");
     hw_esc(w, v->tz);
     hw_raw(w, "), in price units, as recorded in the ledger.</p>");
-    html_usage_chart(w, l, v->account, v->tz, s, e);
+    html_usage_chart(w, src, v->account, v->tz, s, e);
     hw_raw(w, "</section>");
 }
 
@@ -745,7 +731,7 @@ static void json_file_name(const view *v, char *buf, size_t cap)
     tally_buf b;
     tally_buf_init(&b, cap);
     if (v->credit_note || !v->label[0] ||
-        inv_file_name(&b, NULL, v->account, v->label, "json") != TALLY_OK || b.len >= cap)
+        tally_invoice_file_name(&b, NULL, v->account, v->label, "json") != TALLY_OK || b.len >= cap)
         snprintf(buf, cap, "%s.json", v->id);
     else
         snprintf(buf, cap, "%s", b.data);
@@ -817,12 +803,13 @@ static void page_footer(html_w *w, const view *v)
               "</main></body></html>\n");
 }
 
-tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tally_buf *out)
+tally_err tally_invoice_html(const char *doc, size_t len, const tally_page_source *src,
+                             tally_buf *out)
 {
     view v;
     tally_err e = view_parse(&v, doc, len);
-    if (e == TALLY_OK && l)
-        e = load_account_name(l, &v);
+    if (e == TALLY_OK && src)
+        e = load_account_name(src, &v);
     if (e != TALLY_OK)
         goto out_view;
     size_t start = out->len;
@@ -832,8 +819,8 @@ tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tall
     page_meta(&w, &v);
     page_lines(&w, &v);
     page_totals(&w, &v);
-    page_credits(&w, l, &v);
-    page_chart(&w, l, &v);
+    page_credits(&w, src, &v);
+    page_chart(&w, src, &v);
     page_verification(&w, &v);
     page_footer(&w, &v);
     e = w.e;
@@ -845,4 +832,24 @@ tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tall
 out_view:
     json_object_put(v.root);
     return e;
+}
+
+/* ---- file names ------------------------------------------------------------------ */
+
+/* Bytes kept as they are in a file name; the rest is %-escaped. */
+static bool safe_byte(unsigned char c, bool first)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return true;
+    return c == '_' || c == '-' || c == '@' || c == '+' || (c == '.' && !first);
+}
+
+tally_err tally_invoice_file_name(tally_buf *b, const char *dir, const char *account,
+                                  const char *period, const char *ext)
+{
+    tally_err e = dir ? tally_buf_printf(b, "%s/", dir) : TALLY_OK;
+    for (const unsigned char *p = (const unsigned char *)account; !e && *p; p++)
+        e = safe_byte(*p, p == (const unsigned char *)account) ? tally_buf_append(b, p, 1)
+                                                               : tally_buf_printf(b, "%%%02X", *p);
+    return e ? e : tally_buf_printf(b, "-%s.%s", period, ext);
 }

@@ -1,4 +1,4 @@
-/* Tests for ledger/html.c and ledger/html_chart.c: the invoice page from a
+/* Tests for document/html.c and document/html_chart.c: the invoice page from a
  * hand-made ledger and document. Checks content, escaping, well-formedness,
  * the usage chart's exact bar heights, that the printed verification
  * commands really verify, and (when chromium is installed; under CI=true it
@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include "testutil.h"
-#include "../../ledger/html_int.h"
+#include "../../document/document_int.h"
+#include "../../ledger/ledger_int.h"
 #include "tally/sign.h"
+#include "tally/ledger_sql.h"
 
 static char dir[512], key[600];
 static tally_ledger *ledger;

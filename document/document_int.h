@@ -1,12 +1,12 @@
-/* Internal to the invoice HTML page (ledger/html.c, ledger/html_chart.c). */
-#ifndef TALLY_HTML_INT_H
-#define TALLY_HTML_INT_H
+/* Internal to the document layer (html.c, html_chart.c, ratecard_parse.c). */
+#ifndef TALLY_DOCUMENT_INT_H
+#define TALLY_DOCUMENT_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ledger_int.h"
 #include "tally/buf.h"
+#include "tally/document.h"
 
 /* An HTML writer with a sticky error: after the first failure every call is
  * a no-op, and the error is returned once at the end. */
@@ -48,10 +48,10 @@ typedef struct html_axis {
 html_axis html_chart_axis(__int128 max, int64_t divisor);
 
 /* Appends the usage chart of an account over [start_s, end_s): one bar chart
- * per meter with usage, a bar per local day in tz (inline SVG). Reads
- * usage_intervals and usage_points. A time zone that cannot be resolved gives
- * a note instead of the chart. Errors (in w->e): TALLY_DB, TALLY_NOMEM. */
-void html_usage_chart(html_w *w, tally_ledger *l, const char *account, const char *tz,
+ * per meter with usage, a bar per local day in tz (inline SVG), from src's
+ * usage rows. A time zone that cannot be resolved gives a note instead of the
+ * chart. Errors (in w->e): TALLY_NOMEM, src's. */
+void html_usage_chart(html_w *w, const tally_page_source *src, const char *account, const char *tz,
                       int64_t start_s, int64_t end_s);
 
 #endif

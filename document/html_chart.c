@@ -16,9 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "html_int.h"
-#include "invoice_int.h"
-#include "shard_int.h"
+#include "document_int.h"
+#include "tally/period.h"
 #include "tally/rating.h"
 
 #define MAX_DAYS  62 /* a month is at most 31 local days; more means bad input */
@@ -54,7 +53,7 @@ static tally_err make_days(chart_days *d, const char *tz, int64_t start_s, int64
         if (d->n == MAX_DAYS)
             return TALLY_INVAL;
         int64_t ds, de;
-        tally_err e = inv_day_bounds(tz, t, &ds, &de, d->label[d->n], sizeof d->label[d->n]);
+        tally_err e = tally_day_bounds(tz, t, &ds, &de, d->label[d->n], sizeof d->label[d->n]);
         if (e)
             return e;
         if (de <= t)
@@ -87,56 +86,27 @@ static void add_point(chart_days *d, int m, int64_t qty, int64_t t)
         }
 }
 
-typedef struct chart_load {
-    tally_ledger *l;
-    chart_days *d;
-    const char *account;
-    int64_t start_s, end_s;
-    bool points; /* the query is the points one */
-} chart_load;
-
-/* One database's rows of one query into the days. */
-static tally_err load_rows(void *ctx, sqlite3_stmt *st, int64_t snap_seq)
+static tally_err load_interval(void *ctx, int m, int64_t weight, int64_t start_s, int64_t end_s)
 {
-    chart_load *c = ctx;
-    (void)snap_seq;
-    sqlite3_bind_text(st, 1, c->account, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, c->start_s);
-    sqlite3_bind_int64(st, 3, c->end_s);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t m = sqlite3_column_int64(st, 0), v = sqlite3_column_int64(st, 1);
-        if (m < 0 || m >= TALLY_METER_COUNT || v < 0)
-            continue; /* not a meter this page knows; tally verify reports bad rows */
-        if (!c->points)
-            add_interval(c->d, (int)m, v, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));
-        else
-            add_point(c->d, (int)m, v, sqlite3_column_int64(st, 2));
-    }
-    return rc == SQLITE_DONE ? TALLY_OK : ledger_stmt_err(c->l, st, rc);
+    if (m >= 0 && m < TALLY_METER_COUNT && weight >= 0) /* else: tally verify reports it */
+        add_interval(ctx, m, weight, start_s, end_s);
+    return TALLY_OK;
 }
 
-/* Sums the account's stored usage into the days (in a ledger directory, from
- * main.db and every shard holding the account). Intervals are at most a day
- * long, which bounds the index range scanned. */
-static tally_err load_usage(tally_ledger *l, chart_days *d, const char *account, int64_t start_s,
-                            int64_t end_s)
+static tally_err load_point(void *ctx, int m, int64_t qty, int64_t t_s, int64_t unused)
 {
-    static const char *const sql[2] = {
-        "SELECT meter, weight, start_s, end_s FROM usage_intervals WHERE account = ?1 "
-        "AND start_s >= ?2 - 86400 AND start_s < ?3 AND end_s > ?2",
-        "SELECT meter, qty, t_s, 0 FROM usage_points WHERE account = ?1 "
-        "AND t_s >= ?2 AND t_s < ?3",
-    };
-    static const ledger_usage_slot slots[2] = {LEDGER_USAGE_CHART_INTERVALS,
-                                               LEDGER_USAGE_CHART_POINTS};
-    chart_load c = {l, d, account, start_s, end_s, false};
-    tally_err e = TALLY_OK;
-    for (int q = 0; q < 2 && e == TALLY_OK; q++) {
-        c.points = q == 1;
-        e = ledger_usage_each(l, account, slots[q], sql[q], 0, load_rows, &c);
-    }
-    return e;
+    (void)unused;
+    if (m >= 0 && m < TALLY_METER_COUNT && qty >= 0)
+        add_point(ctx, m, qty, t_s);
+    return TALLY_OK;
+}
+
+/* Sums the account's stored usage into the days. */
+static tally_err load_usage(const tally_page_source *src, chart_days *d, const char *account,
+                            int64_t start_s, int64_t end_s)
+{
+    tally_err e = src->usage(src->ctx, account, start_s, end_s, false, load_interval, d);
+    return e ? e : src->usage(src->ctx, account, start_s, end_s, true, load_point, d);
 }
 
 /* Axis tops and their tick steps in tenths of a power of ten: 1 (0.2 apart),
@@ -245,7 +215,7 @@ static void one_chart(html_w *w, const chart_days *d, int m)
     hw_raw(w, "</svg></figure>");
 }
 
-void html_usage_chart(html_w *w, tally_ledger *l, const char *account, const char *tz,
+void html_usage_chart(html_w *w, const tally_page_source *src, const char *account, const char *tz,
                       int64_t start_s, int64_t end_s)
 {
     if (w->e)
@@ -260,7 +230,7 @@ void html_usage_chart(html_w *w, tally_ledger *l, const char *account, const cha
         hw_raw(w, "<p class=\"muted\">The usage chart is not available: unknown time zone.</p>");
         goto out_days;
     }
-    tally_err e = load_usage(l, d, account, start_s, end_s);
+    tally_err e = load_usage(src, d, account, start_s, end_s);
     if (e != TALLY_OK) {
         w->e = e;
         goto out_days;

@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "invoice_int.h"
+#include "tally/period.h"
 
 #define SPAN_S 129600 /* a day and a half: further than any UTC offset */
 
@@ -60,7 +60,7 @@ static int64_t floor_div(int64_t a, int64_t b)
     return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
-tally_err inv_period_parse(const char *period, int *year, int *month)
+tally_err tally_period_parse(const char *period, int *year, int *month)
 {
     if (!period || strlen(period) != 7 || period[4] != '-')
         return TALLY_INVAL;
@@ -86,7 +86,7 @@ static bool is_utc(const char *tz)
     return strcmp(tz, "UTC") == 0 || strcmp(tz, "Etc/UTC") == 0;
 }
 
-bool inv_tz_valid(const char *tz)
+bool tally_tz_valid(const char *tz)
 {
     if (!tz || !*tz || strlen(tz) > 63)
         return false;
@@ -117,7 +117,7 @@ typedef struct tz_saved {
 static tally_err tz_enter(const char *tz, tz_saved *s)
 {
     s->switched = false;
-    if (!inv_tz_valid(tz))
+    if (!tally_tz_valid(tz))
         return TALLY_INVAL;
     if (is_utc(tz))
         return TALLY_OK;
@@ -193,7 +193,7 @@ tally_err tally_period_bounds(const char *period, const char *tz_name, int64_t *
                               int64_t *end_s)
 {
     int y, m;
-    if (inv_period_parse(period, &y, &m) != TALLY_OK)
+    if (tally_period_parse(period, &y, &m) != TALLY_OK)
         return TALLY_INVAL;
     tz_saved s;
     tally_err e = tz_enter(tz_name ? tz_name : "UTC", &s);
@@ -212,8 +212,8 @@ static void local_date(const tz_saved *s, int64_t t, int *y, int *m, int *d)
     civil_from_days(floor_div(local, 86400), y, m, d);
 }
 
-tally_err inv_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_t *end_s, char *label,
-                         size_t cap)
+tally_err tally_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_t *end_s,
+                           char *label, size_t cap)
 {
     tz_saved s;
     tally_err e = tz_enter(tz, &s);
@@ -230,7 +230,7 @@ tally_err inv_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_t 
     return TALLY_OK;
 }
 
-tally_err inv_period_of(const char *tz, int64_t t_s, char *period, size_t cap)
+tally_err tally_period_of(const char *tz, int64_t t_s, char *period, size_t cap)
 {
     tz_saved s;
     tally_err e = tz_enter(tz, &s);
@@ -243,10 +243,10 @@ tally_err inv_period_of(const char *tz, int64_t t_s, char *period, size_t cap)
     return TALLY_OK;
 }
 
-void inv_period_step(const char *period, int delta, char *out, size_t cap)
+void tally_period_step(const char *period, int delta, char *out, size_t cap)
 {
     int y = 1970, m = 1;
-    if (inv_period_parse(period, &y, &m) != TALLY_OK) {
+    if (tally_period_parse(period, &y, &m) != TALLY_OK) {
         snprintf(out, cap, "%s", "");
         return;
     }
