@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../meter/json_scan.h"
+#include "../meter/meter_int.h"
 
 /* Whether json-c (strict, UTF-8 checked, depth JSON_MAX_DEPTH) accepts
  * buf[0..len) as one document. A space is appended so that json-c, which

@@ -9,7 +9,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
-#include "broker_int.h"
+#include "kafka_int.h"
 #include "tally/broker.h"
 
 #define DEFAULT_BROKERS    3

@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "broker_int.h"
+#include "kafka_int.h"
 
 #define FWD_MAX_CONNS 64
 #define FWD_BUF       65536

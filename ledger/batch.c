@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch_int.h"
+#include "ledger_int.h"
 
 static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_DEDUPE_INS] = "INSERT INTO dedupe(src, id, fp) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch_int.h"
+#include "ledger_int.h"
 
 tally_err batch_step(tally_batch *b, sqlite3_stmt *st)
 {

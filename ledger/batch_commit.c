@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch_int.h"
+#include "ledger_int.h"
 
 /* ---- Offsets ---------------------------------------------------------------- */
 

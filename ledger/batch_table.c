@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch_int.h"
+#include "ledger_int.h"
 
 #define IDX_MIN_CAP 64
 

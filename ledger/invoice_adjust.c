@@ -29,8 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "invoice_int.h"
-#include "shard_int.h"
+#include "ledger_int.h"
 
 typedef struct billed_set {
     tally_line *v;

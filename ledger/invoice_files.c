@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "invoice_int.h"
+#include "ledger_int.h"
 
 static tally_err write_file(const char *path, const tally_buf *data, char *why, size_t cap)
 {

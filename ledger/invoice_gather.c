@@ -18,8 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "invoice_int.h"
-#include "shard_int.h"
+#include "ledger_int.h"
 #include "tally/money.h"
 
 #define DAY_S 86400

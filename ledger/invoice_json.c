@@ -45,7 +45,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "invoice_int.h"
+#include "ledger_int.h"
 #include "tally/money.h"
 #include "tally/sign.h"
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "invoice_int.h"
+#include "ledger_int.h"
 #include "tally/money.h"
 
 static const struct format_name {

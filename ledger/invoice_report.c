@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "invoice_int.h"
+#include "ledger_int.h"
 #include "tally/money.h"
 
 #define MAX_DAYS 400

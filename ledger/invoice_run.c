@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "invoice_int.h"
+#include "ledger_int.h"
 #include "tally/money.h"
 #include "tally/sign.h"
 

@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "invoice_int.h"
-#include "shard_int.h"
+#include "ledger_int.h"
 #include "tally/money.h"
 
 /* Runs a one-value query with up to three text/integer parameters. */

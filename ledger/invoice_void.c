@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "invoice_int.h"
+#include "ledger_int.h"
 #include "tally/money.h"
 #include "tally/sign.h"
 

@@ -15,7 +15,6 @@
 
 #include "ledger_int.h"
 #include "tally/ledger_sql.h"
-#include "shard_int.h"
 #include "tally/embed.h"
 
 #define BUSY_TIMEOUT_MS   10000

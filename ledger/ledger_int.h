@@ -1,11 +1,18 @@
-/* Internal to the ledger module: the connection's body and helpers shared by
- * its files (ledger.c, batch.c, ratecard.c, invoice*.c, verify.c, ...). */
+/* The ledger module's one private header: the connection's body and the
+ * helpers its files share, then one section per part (shard locks, ingest
+ * batches, ledger directories, the invoice engine). */
 #ifndef TALLY_LEDGER_INT_H
 #define TALLY_LEDGER_INT_H
 
 #include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #include "tally/document.h"
+#include "tally/err.h"
+#include "tally/invoice.h"
 #include "tally/ledger.h"
 #include "tally/rating.h"
 
@@ -103,5 +110,463 @@ tally_err ledger_outbox_invoice_finalized(tally_ledger *l, const char *invoice_i
                                           const char *account, const char *doc, size_t len);
 tally_err ledger_outbox_invoice_voided(tally_ledger *l, const char *invoice_id, const char *cn_id,
                                        const char *account, const char *cn_doc, size_t len);
+
+/* ======== the lock file of a shard (shard_lock.c) ======== */
+
+/* Internal to the ledger module: the lock file of a shard (shard_lock.c). */
+
+/* Opens (creating) the lock file at path and takes an exclusive lock on it,
+ * retrying every 50 ms for up to wait_ms. On success *fd_out holds it.
+ * Errors: TALLY_BUSY (still held by another open file; why names the holder
+ * line), TALLY_IO. */
+tally_err shard_lock_take(const char *path, int64_t wait_ms, int *fd_out, char *why, size_t cap);
+
+/* Replaces the lock file's text with line (who holds it); best effort. */
+void shard_lock_note(int fd, const char *line);
+
+/* Drops the lock (closes fd); accepts -1. */
+void shard_lock_drop(int fd);
+
+/* ======== ingest batches (batch*.c) ======== */
+
+/* Internal to the ingest batch (batch.c, batch_agg.c, batch_table.c).
+ *
+ * A batch queues copies of events and rejects in memory; commit writes them
+ * in one transaction. Aggregation state lives here too:
+ *   - open intervals: accelerator and storage usage being coalesced into
+ *     usage_intervals rows; kept across commits (bounded, LRU-evicted) so a
+ *     long-running instance keeps extending the same row;
+ *   - points: traffic and token quantities summed per second for one commit.
+ * Nothing here allocates per event: every array grows geometrically and is
+ * reused from one commit to the next. */
+
+#define BATCH_ARENA_CAP    ((size_t)512 << 20) /* raw messages and origins of one batch */
+#define BATCH_ITEMS_MAX    ((size_t)4 << 20)
+#define IV_MAX             65536 /* open intervals remembered across commits */
+#define IV_MAX_SPAN_S      86400 /* a usage_intervals row never covers more */
+#define ACCOUNTS_KNOWN_MAX 4096  /* accounts known to exist, before the set is reset */
+
+/* ---- An index of entries by 64-bit hash (open addressing, linear probing).
+ * Slots hold entry index + 1 (0 = empty) so a zeroed table is empty. */
+typedef struct idx_table {
+    uint32_t *slots;
+    uint64_t *hashes;
+    size_t mask; /* capacity - 1; capacity is a power of two */
+    size_t used;
+} idx_table;
+
+typedef bool (*idx_eq_fn)(const void *ctx, uint32_t idx);
+
+/* Sizes t for at least n entries at load <= 1/2, emptying it. Errors: NOMEM. */
+tally_err idx_table_reserve(idx_table *t, size_t n);
+void idx_table_clear(idx_table *t);
+void idx_table_free(idx_table *t);
+/* The entry with this hash for which eq(ctx, idx) holds, or -1. */
+int64_t idx_table_find(const idx_table *t, uint64_t hash, idx_eq_fn eq, const void *ctx);
+/* Adds idx under hash; t must have room (reserved). */
+void idx_table_insert(idx_table *t, uint64_t hash, uint32_t idx);
+/* Removes idx (which must be present under hash). */
+void idx_table_remove(idx_table *t, uint64_t hash, uint32_t idx);
+
+/* ---- Items ----------------------------------------------------------------- */
+
+typedef struct batch_item {
+    bool is_event;
+    size_t origin_off, raw_off, raw_len; /* in the arena; origin is NUL-terminated */
+    union {
+        tally_event ev;
+        tally_reject rej;
+    } u;
+} batch_item;
+
+typedef struct batch_offset {
+    char topic[256];
+    int32_t partition;
+    int64_t expected_next, new_next;
+} batch_offset;
+
+/* An open interval: one usage_intervals row (stored or not yet). */
+typedef struct iv_entry {
+    uint64_t key_hash; /* of (account, meter, pricing, migration, resource, dim, weight) */
+    int64_t row_id;    /* 0: not stored yet */
+    int64_t start_s, end_s, weight;
+    uint32_t lru_prev, lru_next; /* index + 1; 0 = none */
+    bool dirty, live;
+    uint8_t meter, pricing, migration;
+    char account[TALLY_NAME_MAX], resource[TALLY_NAME_MAX], dim[TALLY_NAME_MAX];
+} iv_entry;
+
+/* A traffic or token quantity summed over one second within a commit. */
+typedef struct pt_entry {
+    const tally_event *ev; /* first event of this (account, meter, dim, dim2, t_s) */
+    int64_t qty;
+} pt_entry;
+
+enum batch_stmt {
+    ST_DEDUPE_INS,
+    ST_DEDUPE_FP,
+    ST_QUARANTINE,
+    ST_IV_INS,
+    ST_IV_UPD,
+    ST_IV_DEL,
+    ST_PT_INS,
+    ST_PT_ADD,
+    ST_OFF_INS,
+    ST_OFF_UPD,
+    ST_SEQ,
+    ST_COUNT,
+    ST_COUNT_OF
+};
+
+struct tally_batch {
+    tally_ledger *l;
+    sqlite3_stmt *st[ST_COUNT_OF];
+
+    batch_item *items;
+    size_t n_items, items_alloc, n_points_queued;
+    char *arena;
+    size_t arena_len, arena_alloc;
+    batch_offset *offsets;
+    size_t n_offsets, offsets_alloc;
+
+    /* Open intervals, found by (key, end_s) to append and (key, start_s) to
+     * prepend; a doubly linked LRU list for eviction. */
+    iv_entry *iv;
+    size_t iv_used;
+    idx_table iv_by_end, iv_by_start;
+    uint32_t lru_head, lru_tail; /* index + 1; head = most recently touched */
+    uint32_t free_head;          /* dropped entries, chained by lru_next */
+    uint32_t *dirty;
+    size_t n_dirty, dirty_alloc;
+
+    /* Per commit. */
+    pt_entry *pts;
+    size_t n_pts, pts_alloc;
+    idx_table pt_index;
+    idx_table known_accounts; /* hashes of accounts known to exist */
+    char (*account_names)[TALLY_NAME_MAX];
+    size_t n_accounts;
+    int64_t seq; /* usage_seq of this commit; 0 until usage is written */
+    int64_t now_s;
+    int64_t new_keys, new_quarantine, new_intervals, new_points;
+};
+
+/* ---- Aggregation (batch_agg.c); called inside the commit's transaction ---- */
+
+tally_err agg_init(tally_batch *b);
+void agg_free(tally_batch *b);
+/* Forgets every open interval (after a failed commit: rows may not exist). */
+void agg_forget(tally_batch *b);
+/* Prepares the per-commit point index for n point events. */
+tally_err agg_begin(tally_batch *b, size_t n_point_events);
+/* Adds an accepted accelerator or storage event to the open intervals. */
+tally_err agg_interval(tally_batch *b, const tally_event *ev);
+/* Adds an accepted traffic or token event to this commit's points.
+ * Errors: TALLY_OVERFLOW (the second's sum would not fit; nothing added). */
+tally_err agg_point(tally_batch *b, const tally_event *ev);
+/* Writes dirty intervals and this commit's points. */
+tally_err agg_flush(tally_batch *b);
+/* The usage_seq for rows written by this commit (bumped on first use). */
+tally_err batch_seq(tally_batch *b, int64_t *seq);
+/* Steps a write statement to completion and resets it. */
+tally_err batch_step(tally_batch *b, sqlite3_stmt *st);
+
+/* ======== ledger directories (shard_*.c) ======== */
+
+/* Internal to the ledger module: reading the usage of a ledger directory
+ * (include/tally/shard.h) from the files that need it (ledger.c, the invoice
+ * engine, html_chart.c).
+ *
+ * A ledger opened from a directory has l->shards set. Its usage sources are
+ * main.db itself (usage ingested from files or HTTP into the directory) and
+ * every shard-<topic>-<partition>.db found there; each source has its own
+ * meta.usage_seq. An invoice of a ledger directory records, in
+ * invoices.usage_seq, the id of a usage snapshot: one row per source in
+ * main.db's shard_snapshots table (schema in shard_read.c) with that
+ * source's usage_seq when the invoice was finalized. Snapshot ids grow with
+ * every snapshot and are taken inside the invoice's write transaction on
+ * main.db, so a later id is never behind an earlier one for any source, and
+ * the largest id among an account's invoices is what it was billed up to. */
+
+#define SHARD_DB_SUFFIX   ".db"
+#define SHARD_LOCK_SUFFIX ".lock"
+#define SHARD_NAME_MAX    280 /* "shard-" topic(<=249) "-" partition */
+#define SHARD_MAIN_NAME   "main"
+#define SHARD_MAIN_FILE   "main.db"
+
+/* The statements ledger_usage_each caches per source: one slot per query
+ * text (a slot must always be given the same text). */
+typedef enum ledger_usage_slot {
+    LEDGER_USAGE_INTERVALS,
+    LEDGER_USAGE_POINTS,
+    LEDGER_USAGE_LATE,
+    LEDGER_USAGE_CHART_INTERVALS,
+    LEDGER_USAGE_CHART_POINTS,
+    LEDGER_USAGE_SLOTS
+} ledger_usage_slot;
+
+/* One usage source of a ledger directory: main.db or a shard. */
+typedef struct shard_src {
+    char name[SHARD_NAME_MAX]; /* "main" or "shard-<topic>-<partition>" */
+    bool is_main;
+    bool ready;  /* its tables exist (a meter may have just created the file) */
+    sqlite3 *db; /* main: the ledger's own (borrowed); shard: read-only, opened on first use */
+    sqlite3_stmt *st[LEDGER_USAGE_SLOTS];
+    sqlite3_stmt *st_seq; /* its meta.usage_seq */
+    int64_t map_rowid;    /* its accounts rows indexed up to this rowid */
+} shard_src;
+
+/* An account held by a source (the index is sorted by account, then src). */
+typedef struct shard_ref {
+    char account[TALLY_NAME_MAX];
+    uint32_t src;
+} shard_ref;
+
+struct ledger_shards {
+    char *dir;
+    shard_src *src; /* src[0] is main.db */
+    size_t n_src, cap_src;
+    shard_ref *refs;
+    size_t n_refs, cap_refs;
+    bool mapped; /* refs built at least once */
+    /* The snapshot whose rows were looked up last (ledger_usage_each). */
+    int64_t snap_id;
+    int64_t *snap_seqs; /* per source, cap_src long */
+};
+
+/* Opens the ledger directory dir: main.db (created if missing, with
+ * migrations), the shard tables of main.db, the shards present, and adds the
+ * accounts first seen in shards to main.db. Called by tally_ledger_open for
+ * a directory. Errors: those of tally_ledger_open. */
+tally_err ledger_dir_open(const char *dir, tally_ledger **out, char *why, size_t cap);
+
+/* Frees the reader state (called by tally_ledger_close); accepts NULL. */
+void ledger_shards_free(struct ledger_shards *s);
+
+/* Looks for shards created since the last look, adds accounts first seen in
+ * shards to main.db (only outside a transaction), and brings the index of
+ * which shards hold which accounts up to date. A no-op for a plain ledger.
+ * Errors: TALLY_DB, TALLY_IO, TALLY_NOMEM. */
+tally_err ledger_shards_refresh(tally_ledger *l);
+
+/* Calls fn once per database that may hold usage of account: for a plain
+ * ledger, l's own database with snap_seq = snap; for a directory, main.db and
+ * each shard holding the account, with snap_seq = that database's usage_seq
+ * in snapshot snap (0 if snap is 0 or the database is not in it; a snap with
+ * no rows is an invoice finalized before the ledger became a directory: snap
+ * for main.db, 0 for shards). st is sql prepared on that database (cached in
+ * slot), reset, bindings cleared; fn binds and steps it, and reports step
+ * errors with ledger_stmt_err. Errors: TALLY_DB (message in l->errmsg),
+ * TALLY_NOMEM, or what fn returns. */
+typedef tally_err (*ledger_usage_fn)(void *ctx, sqlite3_stmt *st, int64_t snap_seq);
+tally_err ledger_usage_each(tally_ledger *l, const char *account, ledger_usage_slot slot,
+                            const char *sql, int64_t snap, ledger_usage_fn fn, void *ctx);
+
+/* For a ledger directory, inside the caller's write transaction on main.db:
+ * records the usage_seq of main.db and of every shard as a snapshot and
+ * returns its id (the previous id when nothing changed since it). For a
+ * plain ledger: main's meta.usage_seq. Errors: TALLY_DB, TALLY_NOMEM. */
+tally_err ledger_usage_snapshot(tally_ledger *l, int64_t *id);
+
+/* Records the message of st's database in l->errmsg and maps rc as
+ * ledger_sqlite_err does. */
+tally_err ledger_stmt_err(tally_ledger *l, sqlite3_stmt *st, int rc);
+
+/* The source's connection, opening a shard on first use; *db is NULL (and
+ * the result TALLY_OK) while the shard has no tables yet, which callers take
+ * as an empty shard. Errors: those of shard_open_reader, TALLY_DB. */
+tally_err shard_src_db(tally_ledger *l, shard_src *src, sqlite3 **db);
+/* Records "<source>: <its SQLite message>" in l->errmsg and maps rc as
+ * ledger_sqlite_err does. */
+tally_err shard_src_err(tally_ledger *l, const shard_src *src, int rc);
+/* Adds the shards created since the last look, in name order.
+ * Errors: TALLY_IO, TALLY_NOMEM. */
+tally_err shard_discover(tally_ledger *l);
+/* The index of the source named name, or -1. */
+ssize_t shard_src_index(const struct ledger_shards *s, const char *name);
+
+/* For a ledger directory (shard_stats.c): the stored offset of (topic,
+ * partition) from its shard; *found is false when there is no such shard.
+ * Errors: TALLY_DB, TALLY_IO. */
+tally_err ledger_shards_offset(tally_ledger *l, const char *topic, int32_t partition, int64_t *next,
+                               bool *found);
+/* For a ledger directory: adds every shard's totals to *out.
+ * Errors: TALLY_DB, TALLY_IO, TALLY_NOMEM. */
+tally_err ledger_shards_counts(tally_ledger *l, tally_ledger_counts *out);
+
+/* Opens a shard file for reading (shard_read.c) or writing (shard_write.c):
+ * read-only connections get query_only and a busy timeout. Errors: TALLY_IO
+ * (cannot open), TALLY_DB. */
+tally_err shard_open_reader(const char *path, sqlite3 **out, char *errmsg, size_t cap);
+
+/* Milliseconds of the real-time clock (owner rows, fences). */
+int64_t shard_now_ms(void);
+
+/* ======== the invoice engine (invoice_*.c) ======== */
+
+/* Internal to the invoice engine (ledger/period.c, invoice_*.c): time zone
+ * arithmetic, gathering one account's rating input from the ledger, the
+ * canonical document model and its JSON/CSV forms. */
+
+#define INV_ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
+
+/* ---- invoice_gather.c: one account's rating input --------------------------- */
+
+/* What a run reads once (rate cards, spot points) and the statements it
+ * prepares once, reused for every account. */
+typedef struct inv_gatherer inv_gatherer;
+
+/* Errors: TALLY_DB, TALLY_PARSE (a stored card), TALLY_NOMEM. */
+tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out);
+void inv_gatherer_destroy(inv_gatherer *g);
+
+/* The prepared queries a gatherer holds (texts in invoice_gather.c). */
+typedef enum inv_query {
+    INV_Q_INTERVALS,
+    INV_Q_POINTS,
+    INV_Q_COMMITMENTS,
+    INV_Q_GRANTS,
+    INV_Q_LIVE,    /* ?1 account, ?2 period: the live finalized invoice */
+    INV_Q_HISTORY, /* ?1 account, ?2 period: earlier live invoices, billed-up-to seq */
+    INV_Q_LATE,    /* ?1 account, ?2 start, ?3 end, ?4 seq: later usage exists */
+    INV_Q_BILLED,  /* ?1 invoice seq, ?2 account, ?3 period: lines billed for it */
+    INV_Q_COUNT
+} inv_query;
+
+/* A prepared statement, reset and with its bindings cleared. */
+sqlite3_stmt *inv_stmt(inv_gatherer *g, inv_query q);
+/* The SQL text of a query (for running it on the shards of a ledger
+ * directory, shard_int.h). */
+const char *inv_query_sql(inv_query q);
+tally_ledger *inv_gatherer_ledger(inv_gatherer *g);
+
+/* One account's input for one window. Owns the arrays `in` borrows. */
+typedef struct inv_input {
+    tally_rating_input in;
+    tally_account account;
+    int64_t start_s, end_s; /* the window being rated */
+    tally_interval *intervals;
+    size_t n_intervals, cap_intervals;
+    tally_point *points;
+    size_t n_points, cap_points;
+    tally_commitment *commitments;
+    size_t n_commitments, cap_commitments;
+    tally_grant *grants;
+    size_t n_grants, cap_grants;
+    size_t n_in_window; /* intervals overlapping [start, end), plus points */
+} inv_input;
+
+void inv_input_release(inv_input *x);
+
+/* Fills x for acct over [start_s, end_s): cards, spot, usage (intervals a day
+ * either side), commitments overlapping the window and, if with_grants,
+ * grants of the account's currency touching it that have money left, with
+ * their remaining balance. x must be zeroed or previously filled (its memory
+ * is reused). Errors: TALLY_UNKNOWN_CURRENCY, TALLY_DB, TALLY_NOMEM. */
+tally_err inv_gather(inv_gatherer *g, const tally_account *acct, int64_t start_s, int64_t end_s,
+                     bool with_grants, inv_input *x);
+
+/* ---- invoice_adjust.c: late usage in finalized periods --------------------- */
+
+/* Appends to *lines (realloc'd; *n and *cap updated) the adjustment lines for
+ * usage that arrived after earlier live finalized periods of acct (before
+ * `period`) were billed: each such period is re-rated now and compared with
+ * what was billed for it. scratch is working memory.
+ * Errors: those of inv_gather, tally_rate_period and tally_lines_diff. */
+tally_err inv_adjustments(inv_gatherer *g, const tally_account *acct, const char *period,
+                          inv_input *scratch, tally_line **lines, size_t *n, size_t *cap, char *why,
+                          size_t why_cap);
+
+/* ---- invoice_json.c: the document model and its formats --------------------- */
+
+typedef struct inv_doc {
+    const char *invoice_id; /* INV-..., CN-..., draft:<account>:<period> */
+    bool credit_note;
+    int64_t number; /* 0 for drafts */
+    const char *account;
+    const char *currency;
+    int minor_digits;
+    bool finalized;
+    const char *period; /* YYYY-MM */
+    int64_t period_start_s, period_end_s;
+    const char *timezone;
+    int64_t issued_at_s;
+    const tally_line *lines;
+    size_t n_lines;
+    const tally_credit_use *credits; /* line_index refers to lines */
+    size_t n_credits;
+    int64_t subtotal_minor, total_credits_minor, amount_due_minor;
+    const char *refers_to; /* credit notes */
+    const char *reason;    /* credit notes */
+    const char *prev_hash; /* "" for drafts */
+} inv_doc;
+
+/* Appends the canonical JSON of d. For finalized documents it computes the
+ * hash over the bytes up to the prev_hash value plus '}' and signs it with
+ * key_path; hash_hex and sig_hex receive them (may be NULL).
+ * Errors: TALLY_NOMEM, TALLY_TOO_LARGE, TALLY_OVERFLOW, TALLY_CRYPTO,
+ * TALLY_NOT_FOUND (key). */
+tally_err inv_doc_json(const inv_doc *d, const char *key_path, tally_buf *out, char hash_hex[65],
+                       char sig_hex[129]);
+
+/* Appends the CSV form of a canonical JSON document (header + one row per
+ * line). Errors: TALLY_PARSE, TALLY_NOMEM, TALLY_TOO_LARGE. */
+tally_err inv_doc_csv(const char *doc, size_t len, tally_buf *out);
+
+/* Decimal parse of a quantity as stored ("-12345"), into __int128.
+ * Errors: TALLY_PARSE, TALLY_OVERFLOW. */
+tally_err inv_i128_parse(const char *s, __int128 *out);
+
+/* Copies a text column into dst (cap bytes, truncated), "" for NULL. */
+void inv_col_text(sqlite3_stmt *st, int col, char *dst, size_t cap);
+
+/* The columns to SELECT from invoice_lines for inv_line_from_row, in order. */
+#define INV_LINE_COLS                                                                              \
+    "kind, meter, pricing, migration, sku, dim2, quantity, unit_price_nano, amount_minor, "        \
+    "adjusts, original_period"
+
+/* Decodes one stored invoice line from columns 0..10 of st, selected as
+ * INV_LINE_COLS, exactly as stored (an adjustment keeps kind ADJUSTMENT and
+ * the kind it adjusts in `adjusts`). Errors: TALLY_DB (a field does not
+ * parse: the stored line is damaged). */
+tally_err inv_line_from_row(sqlite3_stmt *st, tally_line *ln);
+
+/* Appends money (minor units) as a JSON string in major units. */
+tally_err inv_json_money(tally_buf *b, int64_t minor, int digits);
+/* Appends a UTC time as a JSON string "YYYY-MM-DDTHH:MM:SSZ". */
+tally_err inv_json_time(tally_buf *b, int64_t t_s);
+
+/* ---- invoice_store.c: finalized documents ---------------------------------- */
+
+/* A sealed document: its bytes, hash and signature, and the usage_seq it
+ * bills up to. */
+typedef struct inv_sealed {
+    const char *doc;
+    size_t len;
+    char hash[65];
+    char signature[129];
+    int64_t usage_seq;
+} inv_sealed;
+
+/* Inside the caller's transaction. Errors: TALLY_DB. inv_usage_seq gives
+ * meta.usage_seq, or in a ledger directory the id of a new usage snapshot
+ * (shard_int.h). */
+tally_err inv_next_number(tally_ledger *l, const char *doc_type, int year, int64_t *number);
+tally_err inv_usage_seq(tally_ledger *l, int64_t *seq);
+/* The hash of the newest finalized document, or 64 zeros. */
+tally_err inv_last_hash(tally_ledger *l, char hash[65]);
+/* Inserts the invoices row, its lines and credits. Errors: TALLY_DB. */
+tally_err inv_store(tally_ledger *l, const inv_doc *d, const inv_sealed *s);
+/* Posts an invoice's entry (see invoice_store.c). Errors: TALLY_DB,
+ * TALLY_INVAL, TALLY_OVERFLOW, TALLY_NOMEM. */
+tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d);
+
+/* ---- invoice_files.c -------------------------------------------------------- */
+
+/* Writes <account>-<period>.{json,csv,html} of a document into dir (the
+ * account id percent-encoded where it is not a safe file name).
+ * Errors: TALLY_IO (why names the file), and those of the formats. */
+tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account, const char *period,
+                          const char *doc, size_t len, char *why, size_t cap);
 
 #endif

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "invoice_int.h"
+#include "ledger_int.h"
 #include "tally/ledger_sql.h"
 #include "tally/outbox.h"
 

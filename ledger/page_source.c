@@ -4,8 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "invoice_int.h"
-#include "shard_int.h"
+#include "ledger_int.h"
 
 static tally_err account_name(void *ctx, const char *account, char *out, size_t cap)
 {

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shard_lock.h"
+#include "ledger_int.h"
 
 #define LOCK_RETRY_MS 50
 

@@ -15,7 +15,7 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "shard_int.h"
+#include "ledger_int.h"
 #include "tally/ledger_sql.h"
 #include "tally/shard.h"
 

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "shard_int.h"
+#include "ledger_int.h"
 #include "tally/shard.h"
 
 /* The source of a shard name, looking for new shards once if needed. */

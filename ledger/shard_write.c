@@ -12,9 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shard_int.h"
+#include "ledger_int.h"
 #include "tally/ledger_sql.h"
-#include "shard_lock.h"
 #include "tally/shard.h"
 
 #define OWNER_MAX       160

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "consumer_int.h"
+#include "meter_int.h"
 #include "tally/log.h"
 
 #define DEFAULT_GROUP        "tally-meter"

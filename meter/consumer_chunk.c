@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer_int.h"
+#include "meter_int.h"
 #include "tally/log.h"
 
 tally_err chunk_init(chunk *k, size_t cap)

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer_int.h"
+#include "meter_int.h"
 #include "tally/log.h"
 
 #define DLQ_RETRIES  50 /* x 100 ms while the producer's queue is full */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer_int.h"
+#include "meter_int.h"
 #include "tally/log.h"
 
 part *group_part(tally_consumer *c, int32_t partition)

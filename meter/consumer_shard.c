@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer_int.h"
+#include "meter_int.h"
 #include "tally/log.h"
 
 #define LOCK_TRY_MS    1000  /* one wait for a lock, between checks for a stop */

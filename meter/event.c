@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "json_scan.h"
+#include "meter_int.h"
 #include "tally/event.h"
 
 /* Seeds of the two hashes; part of the ledger format, never to change. */

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "json_scan.h"
+#include "meter_int.h"
 
 _Static_assert(JSON_MAX_DEPTH <= 64, "container kinds are kept in one 64-bit word");
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "../../ledger/batch_int.h"
+#include "../../ledger/ledger_int.h"
 #include "tally/embed.h"
 #include "tally/ledger_sql.h"
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "testutil.h"
-#include "../../ledger/invoice_int.h"
+#include "../../ledger/ledger_int.h"
 #include "tally/embed.h"
 #include "tally/ingest.h"
 #include "tally/invoice.h"

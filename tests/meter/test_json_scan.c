@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "../../fuzz/json_differential.h"
-#include "../../meter/json_scan.h"
+#include "../../meter/meter_int.h"
 #include "tally/buf.h"
 
 /* Validates a copy of buf[0..len) of exactly that size, so the sanitizer

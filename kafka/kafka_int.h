@@ -1,6 +1,6 @@
 /* Internal to the embedded broker: the loopback bootstrap forwarder. */
-#ifndef TALLY_BROKER_INT_H
-#define TALLY_BROKER_INT_H
+#ifndef TALLY_KAFKA_INT_H
+#define TALLY_KAFKA_INT_H
 
 #include <stddef.h>
 
