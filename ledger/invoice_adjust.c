@@ -23,7 +23,7 @@
  * it.
  *
  * In a ledger directory an invoice's usage_seq is a snapshot of every
- * database's usage_seq (shard_int.h): usage is late where a database holding
+ * database's usage_seq (ledger_int.h, ledger directories): usage is late where a database holding
  * the account has rows written after its own seq in the snapshot. */
 #include <stdio.h>
 #include <stdlib.h>

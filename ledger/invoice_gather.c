@@ -13,7 +13,7 @@
  *     void credits it back).
  * The arrays are kept between accounts and only grow. In a ledger directory
  * (include/tally/shard.h) the two usage queries run on main.db and on each
- * shard that holds the account (shard_int.h). */
+ * shard that holds the account (ledger_int.h, ledger directories). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -27,7 +27,8 @@ struct tally_ledger {
     int64_t cards_version;
     sqlite3_stmt *st_cards_version; /* prepared on first use */
     char errmsg[256];
-    /* Opened from a ledger directory: its shards (shard_int.h); else NULL. */
+    /* Opened from a ledger directory: its shards (the ledger directories section below); else NULL.
+     */
     struct ledger_shards *shards;
 };
 
@@ -404,8 +405,7 @@ int64_t shard_now_ms(void);
 
 /* ======== the invoice engine (invoice_*.c) ======== */
 
-/* Internal to the invoice engine (ledger/period.c, invoice_*.c): time zone
- * arithmetic, gathering one account's rating input from the ledger, the
+/* The invoice engine (invoice_*.c): gathering one account's rating input from the ledger, the
  * canonical document model and its JSON/CSV forms. */
 
 #define INV_ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
@@ -436,7 +436,7 @@ typedef enum inv_query {
 /* A prepared statement, reset and with its bindings cleared. */
 sqlite3_stmt *inv_stmt(inv_gatherer *g, inv_query q);
 /* The SQL text of a query (for running it on the shards of a ledger
- * directory, shard_int.h). */
+ * directory, the ledger directories section). */
 const char *inv_query_sql(inv_query q);
 tally_ledger *inv_gatherer_ledger(inv_gatherer *g);
 
@@ -550,7 +550,7 @@ typedef struct inv_sealed {
 
 /* Inside the caller's transaction. Errors: TALLY_DB. inv_usage_seq gives
  * meta.usage_seq, or in a ledger directory the id of a new usage snapshot
- * (shard_int.h). */
+ * (the ledger directories section below). */
 tally_err inv_next_number(tally_ledger *l, const char *doc_type, int year, int64_t *number);
 tally_err inv_usage_seq(tally_ledger *l, int64_t *seq);
 /* The hash of the newest finalized document, or 64 zeros. */

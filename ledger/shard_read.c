@@ -1,5 +1,5 @@
 /* Reading a ledger directory: main.db plus every shard found beside it
- * (include/tally/shard.h, shard_int.h).
+ * (tally/shard.h; ledger_int.h, ledger directories).
  *
  * Shards are found by listing the directory, opened read-only on first use,
  * and indexed by the accounts they hold (each shard's accounts table: the

@@ -1,4 +1,4 @@
-/* Tests for rating/buf.c: growth, the size cap (a failed append leaves the
+/* Tests for base/buf.c: growth, the size cap (a failed append leaves the
  * buffer as it was), NUL termination, and the JSON, CSV and HTML escapers. */
 #include <stdint.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* tally_version() and `tally --version` agree with each other and with
- * project(VERSION) (rating/version.c). */
+ * project(VERSION) (base/version.c). */
 #include <stdio.h>
 #include <string.h>
 

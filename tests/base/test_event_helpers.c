@@ -1,6 +1,6 @@
-/* Tests for the pure helpers that include/tally/event.h declares: RFC 3339
- * times (rating/time.c), meter and pricing names (rating/names.c) and the
- * 128-bit hash (rating/hash.c). */
+/* Tests for the pure helpers that base/include/tally/event.h declares: RFC 3339
+ * times (base/time.c), meter and pricing names (base/names.c) and the
+ * 128-bit hash (base/hash.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* Tests for rating/err.c and rating/log.c: every error code has one class
+/* Tests for base/err.c and base/log.c: every error code has one class
  * (bad input, retriable, fatal), a name and a message; the log callback gets
  * each line once, with its level and facility, and nothing without one. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Tests for ledger/sign.c: key files, SHA-256, Ed25519 sign and verify, and
+/* Tests for trust/sign.c: key files, SHA-256, Ed25519 sign and verify, and
  * a cross-check of our signatures with the openssl command-line tool. */
 #include <fcntl.h>
 #include <stdio.h>
