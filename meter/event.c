@@ -521,7 +521,7 @@ static tally_err take_time(const json_val *v, int64_t now_s, int64_t *out, tally
     if (*out < TALLY_TIME_MIN_S)
         return reject(rej, "bad_time", "", "time %s is before 2000-01-01T00:00:00Z", buf);
     if (*out - TALLY_FUTURE_SKEW_S > now_s)
-        return reject(rej, "future_time", "",
+        return reject(rej, "bad_time", "",
                       "time %s is %lld s ahead of the clock; at most %d s are allowed", buf,
                       (long long)(*out - now_s), TALLY_FUTURE_SKEW_S);
     return TALLY_OK;

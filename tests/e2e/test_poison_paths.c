@@ -58,7 +58,7 @@ static const line stream[] = {
      "bad_time"},
     {"acme", EV("p4", "acme", "yesterday", GPU("a100-40g", "")), "quarantined", "bad_time"},
     {"acme", EV("p5", "acme", "2026-04-01T00:10:00Z", GPU("a100-40g", "")), "quarantined",
-     "future_time"},
+     "bad_time"},
     /* bad JSON (kept inside an array's framing, so HTTP can carry it too) */
     {"poison", "not json", "quarantined", "bad_json"},
     {"poison", "{\"specversion\":\"1.0\",\"id\":\"d\",\"id\":\"again\"}", "quarantined",
@@ -291,8 +291,8 @@ static void assert_reasons(const char *db)
     e2e_query(db,
               "SELECT 'bad_field:cards', 1 UNION ALL SELECT 'bad_field:seconds', 1 UNION ALL "
               "SELECT 'bad_field:subject', 1 UNION ALL SELECT 'bad_json', 4 UNION ALL "
-              "SELECT 'bad_time', 4 UNION ALL SELECT 'conflict', 2 UNION ALL "
-              "SELECT 'future_time', 1 UNION ALL SELECT 'no_price', 1 UNION ALL "
+              "SELECT 'bad_time', 5 UNION ALL SELECT 'conflict', 2 UNION ALL "
+              "SELECT 'no_price', 1 UNION ALL "
               "SELECT 'out_of_range', 4 UNION ALL SELECT 'unknown_sku', 1 UNION ALL "
               "SELECT 'unknown_type', 1",
               &want);

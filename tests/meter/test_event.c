@@ -491,9 +491,9 @@ static const bad_case bad_attributes[] = {
     {0, "time", "\"2026-03-31T12:00:60Z\"", NULL, NULL, "bad_time"},
     {0, "time", "\"2026-03-31T12:00:00+24:00\"", NULL, NULL, "bad_time"},
     {0, "time", "\"2026-03-31T12:00:00.Z\"", NULL, NULL, "bad_time"},
-    {0, "time", "\"2026-04-01T00:05:01Z\"", NULL, NULL, "future_time"},
-    {0, "time", "\"2026-04-01T08:05:01+08:00\"", NULL, NULL, "future_time"},
-    {0, "time", "\"9999-12-31T23:59:59Z\"", NULL, NULL, "future_time"},
+    {0, "time", "\"2026-04-01T00:05:01Z\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"2026-04-01T08:05:01+08:00\"", NULL, NULL, "bad_time"},
+    {0, "time", "\"9999-12-31T23:59:59Z\"", NULL, NULL, "bad_time"},
     {0, "time", "\"1969-12-31T23:59:59Z\"", NULL, NULL, "bad_time"},
     {0, "time", "\"1970-01-01T00:00:00Z\"", NULL, NULL, "bad_time"},
     {0, "time", "\"0001-01-01T00:00:00Z\"", NULL, NULL, "bad_time"},
@@ -688,8 +688,7 @@ static void test_bad_json(void **state)
 static bool known_reason(const char *r)
 {
     static const char *const exact[] = {"bad_json",     "too_large", "bad_specversion",
-                                        "unknown_type", "bad_time",  "future_time",
-                                        "out_of_range"};
+                                        "unknown_type", "bad_time",  "out_of_range"};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (strcmp(r, exact[i]) == 0)
             return true;

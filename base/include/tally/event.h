@@ -71,7 +71,7 @@ typedef struct tally_event {
 } tally_event;
 
 /* Why an event was rejected. `reason` is stable and machine-readable:
- *   bad_json, too_large, bad_specversion, unknown_type, bad_time, future_time,
+ *   bad_json, too_large, bad_specversion, unknown_type, bad_time,
  *   out_of_range, missing:<attribute or data field>,
  *   bad_field:<attribute or data field>
  * and, from the ledger (which knows the rate cards): unknown_sku, no_price,
@@ -85,12 +85,12 @@ typedef struct tally_event {
  * surrogate, nesting deeper than 32 values, a duplicate key in the event or
  * its data, more than 64 unknown members in either, or a top value that is
  * not an object); specversion; type; id, source, subject; time
- * (bad_time, then future_time); data; the data fields in the order of SPEC
+ * (bad_time); data; the data fields in the order of SPEC
  * section 1's table. Strings must be non-empty, within their length (counted
  * in bytes after unescaping) and free of control characters (U+0000-U+001F);
  * the subject must not begin or end with white space (bad_field:subject).
  * A time that does not parse or is before TALLY_TIME_MIN_S is bad_time; one
- * more than TALLY_FUTURE_SKEW_S ahead of now_s is future_time.
+ * more than TALLY_FUTURE_SKEW_S ahead of now_s is bad_time too.
  * Integers are JSON integers or strings of decimal digits, without sign,
  * fraction, exponent, leading zero or white space, at most INT64_MAX. A
  * quantity (cards, bytes, tokens) that is such an integer but above
@@ -105,7 +105,7 @@ typedef struct tally_reject {
 } tally_reject;
 
 /* Decodes one message of len bytes. now_s is the current UTC time in seconds,
- * used for the future_time check. On success fills *ev and returns TALLY_OK.
+ * used for the future-time check. On success fills *ev and returns TALLY_OK.
  * On rejection fills *rej and returns TALLY_PARSE (TALLY_TOO_LARGE for
  * messages over TALLY_EVENT_MAX_BYTES). Never reads past buf + len; buf need
  * not be NUL-terminated. */

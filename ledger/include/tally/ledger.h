@@ -34,7 +34,7 @@ void tally_ledger_close(tally_ledger *l);
 /* The last SQLite error message of this connection (for one-line errors). */
 const char *tally_ledger_errmsg(tally_ledger *l);
 
-/* The clock used for created_at stamps and the future_time check: the real
+/* The clock used for created_at stamps and the future-time check: the real
  * time, unless $TALLY_NOW (RFC 3339) is set, which tests and the demo use. */
 int64_t tally_now_s(void);
 

@@ -15,7 +15,7 @@
 #include "tally/ledger.h"
 
 /* Decodes raw[0..len) with tally_pipeline_decode() (now_s is the clock for
- * the future_time check, normally tally_now_s()) and queues the result in b
+ * the future-time check, normally tally_now_s()) and queues the result in b
  * with tally_pipeline_queue(): the event, or the reject for quarantine. raw and origin are
  * borrowed; origin names the message uniquely ("kafka:<topic>/<partition>@<offset>",
  * "file:<name>:<line>", ...). If rej_out is not NULL it receives the rejection, or an empty reason

@@ -41,7 +41,7 @@ typedef struct tally_decoded {
 } tally_decoded;
 
 /* Decodes and validates raw[0..len) (tally_event_decode; now_s is the clock
- * for the future_time check, normally tally_now_s()) into *out. Returns
+ * for the future-time check, normally tally_now_s()) into *out. Returns
  * out->is_event. Allocates nothing; safe on any thread. */
 bool tally_pipeline_decode(const char *raw, size_t len, int64_t now_s, tally_decoded *out);
 
