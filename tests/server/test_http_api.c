@@ -61,12 +61,12 @@ static void test_events_direct(void **state)
     http_done(&a);
     /* Again: a duplicate; same key with other content: a conflict. */
     snprintf(body, sizeof body, "[%s,%s]", e1, e1x);
-    post_events(&a, fx.acme, body, 200);
+    post_events(&a, fx.ingest, body, 200);
     assert_contains(&a.body, "{\"index\":0,\"id\":\"e1\",\"status\":\"duplicate\"}");
     assert_contains(&a.body,
                     "{\"index\":1,\"id\":\"e1\",\"status\":\"conflict\",\"reason\":\"conflict\"}");
     http_done(&a);
-    post_events(&a, fx.acme, "[]", 200);
+    post_events(&a, fx.ingest, "[]", 200);
     assert_contains(&a.body, "\"results\":[]");
     http_done(&a);
     /* NDJSON is not accepted: the body is one JSON array. */
