@@ -395,6 +395,22 @@ static tally_err check_grant(tally_ledger *l, const tally_grant_spec *g, char *w
     return e;
 }
 
+/* SPEC section 4: at most TALLY_GRANT_MAX_MAJOR in the grant's currency
+ * (TALLY_RANGE); the caller's transaction then stores nothing. */
+static tally_err check_grant_max(tally_ledger *l, const tally_grant_spec *g, const char *currency)
+{
+    const tally_currency *cur = tally_currency_find(currency);
+    if (!cur)
+        return failf(l, TALLY_UNKNOWN_CURRENCY, "unknown currency %.3s", currency);
+    int64_t max = tally_grant_max_minor(cur);
+    if (g->amount_minor <= max)
+        return TALLY_OK;
+    char text[48] = "?";
+    if (tally_amount_format(max, cur->minor_digits, text, sizeof text) != TALLY_OK)
+        snprintf(text, sizeof text, "%lld", (long long)TALLY_GRANT_MAX_MAJOR);
+    return failf(l, TALLY_RANGE, "a grant is at most %s %s", text, cur->code);
+}
+
 static tally_err insert_grant(tally_ledger *l, const tally_grant_spec *g, const char *currency,
                               int64_t *id)
 {
@@ -451,6 +467,8 @@ tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g, int
         e = account_read(l, g->account, &a, &found);
     if (e == TALLY_OK && g->currency && strcmp(g->currency, a.currency) != 0)
         e = failf(l, TALLY_CURRENCY_MISMATCH, "the account's currency is %s", a.currency);
+    if (e == TALLY_OK)
+        e = check_grant_max(l, g, a.currency);
     if (e == TALLY_OK)
         e = insert_grant(l, g, a.currency, &id);
     if (e == TALLY_OK)
