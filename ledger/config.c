@@ -277,6 +277,20 @@ tally_err tally_ledger_account_get(tally_ledger *l, const char *id, tally_accoun
 
 /* ---- Spot prices and commitments ------------------------------------------ */
 
+/* The bound a rate card's prices have (tally_price_max_nano), in the cards'
+ * currency. Errors: TALLY_RANGE. */
+static tally_err check_spot_max(tally_ledger *l, const tally_ratecard *card, int64_t price_nano)
+{
+    const tally_currency *cur = tally_currency_find(card->currency);
+    int64_t max = tally_price_max_nano(TALLY_METER_ACCELERATOR, cur ? cur->minor_digits : 0);
+    char text[48] = "?";
+    if (price_nano <= max)
+        return TALLY_OK;
+    if (tally_price_format(max, 2, text, sizeof text) != TALLY_OK)
+        snprintf(text, sizeof text, "?");
+    return failf(l, TALLY_RANGE, "a spot price is at most %s per card-hour", text);
+}
+
 tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku, int64_t price_nano,
                                 int64_t from_s)
 {
@@ -296,6 +310,8 @@ tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku, int64_t price_
         return failf(l, TALLY_NOT_FOUND, "no rate card lists SKU \"%.63s\"", sku);
     if (e == TALLY_OK && !spot)
         return failf(l, TALLY_NO_PRICE, "SKU %.63s is not offered on spot", sku);
+    if (e == TALLY_OK)
+        e = check_spot_max(l, cards[0], price_nano);
     if (e == TALLY_OK)
         e = ledger_prepare(l,
                            "INSERT INTO spot_prices(sku, from_s, price_nano, origin, "

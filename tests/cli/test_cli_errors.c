@@ -26,6 +26,7 @@ static const char *const bad_commands[] = {
     "spot set rtx4090 0.5 --from yesterday",
     "spot set h100 0.5 --from 2026-03-01T00:00:00Z",
     "spot set b200 0.5 --from 2026-03-01T00:00:00Z",
+    "spot set rtx4090 100000.01 --from 2026-03-01T00:00:00Z", /* tally_price_max_nano */
     "commit add a1 --sku tpu-v4-64 --cards 1 --from 2026-03-01T00:00:00Z --to "
     "2026-04-01T00:00:00Z",
     "commit add a1 --sku h100 --cards 0 --from 2026-03-01T00:00:00Z --to 2026-04-01T00:00:00Z",
