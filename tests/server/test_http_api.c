@@ -240,6 +240,9 @@ static void test_spot_prices(void **state)
         {"/v1/spot-prices/rtx4090", "{\"price\":0.5,\"from\":\"2026-03-01T00:00:00Z\"}", 400},
         {"/v1/spot-prices/rtx4090", "{\"price\":\"0.5\"}", 400},
         {"/v1/spot-prices/rtx4090", "{\"price\":\"-1\",\"from\":\"2026-03-01T00:00:00Z\"}", 400},
+        /* Over tally_price_max_nano (100,000.00 per card-hour). */
+        {"/v1/spot-prices/rtx4090", "{\"price\":\"100000.01\",\"from\":\"2026-03-01T00:00:00Z\"}",
+         400},
         {"/v1/spot-prices/rtx4090",
          "{\"price\":\"0.1234567891\",\"from\":\"2026-03-01T00:00:00Z\"}", 400},
     };
