@@ -16,8 +16,8 @@ static void print_help(void)
            "  --brokers B       produce posted events to Kafka instead of ingesting them\n"
            "  --topic T         the usage topic (with --brokers)\n"
            "  --timeout S       close connections idle or stalled for S seconds (default 30)\n\n"
-           "Keys: tally apikey create (--account ID | --admin). The endpoints are listed in\n"
-           "include/tally/server.h.\n");
+           "Keys: tally apikey create (--account ID | --ingest --source PREFIX... | --admin).\n"
+           "The endpoints are listed in include/tally/server.h.\n");
 }
 
 int cmd_serve(cli_ctx *ctx, int argc, char **argv)

@@ -312,6 +312,50 @@ static void sort(void *base, size_t n, size_t size, int (*cmp)(const void *, con
         qsort(base, n, size, cmp);
 }
 
+/* Fails unless price_nano is at most the meter's tally_price_max_nano. */
+static tally_err price_cap(parse_ctx *c, tally_meter m, int digits, const char *what,
+                           const char *name, int64_t price_nano)
+{
+    int64_t max = tally_price_max_nano(m, digits);
+    if (price_nano <= max)
+        return TALLY_OK;
+    char p[WHY_PATH_MAX], msg[96], text[48] = "?";
+    if (tally_price_format(max, 2, text, sizeof text) != TALLY_OK)
+        text[0] = '\0';
+    snprintf(p, sizeof p, "%s.%s", what, name);
+    snprintf(msg, sizeof msg, "price above the largest allowed, %s per %s", text,
+             tally_meter_price_unit(m));
+    return fail(c, p, msg);
+}
+
+/* SPEC section 3: overflow is an error, never a wrap; prices are bounded so
+ * that a month of maximal in-range usage fits (tally_price_max_nano). */
+static tally_err check_price_caps(parse_ctx *c, const tally_card *out)
+{
+    const tally_ratecard *card = &out->card;
+    const tally_currency *cur = tally_currency_find(card->currency);
+    int d = cur ? cur->minor_digits : 0;
+    const tally_meter acc = TALLY_METER_ACCELERATOR;
+    tally_err e = TALLY_OK;
+    for (size_t i = 0; i < card->n_skus && !e; i++) {
+        e = price_cap(c, acc, d, "accelerators", out->skus[i].sku, out->skus[i].on_demand_nano);
+        if (!e)
+            e = price_cap(c, acc, d, "accelerators", out->skus[i].sku, out->skus[i].reserved_nano);
+    }
+    for (size_t i = 0; i < out->n_spot && !e; i++)
+        e = price_cap(c, acc, d, "accelerators", out->spot[i].sku, out->spot[i].price_nano);
+    for (size_t i = 0; i < card->n_storage && !e; i++)
+        e = price_cap(c, TALLY_METER_STORAGE, d, "storage", out->storage[i].dim,
+                      out->storage[i].price_nano);
+    for (size_t i = 0; i < card->n_traffic && !e; i++)
+        e = price_cap(c, TALLY_METER_TRAFFIC, d, "traffic", out->traffic[i].dim,
+                      out->traffic[i].price_nano);
+    for (size_t i = 0; i < card->n_tokens && !e; i++)
+        e = price_cap(c, TALLY_METER_TOKENS, d, "tokens", out->tokens[i].dim2,
+                      out->tokens[i].price_nano);
+    return e;
+}
+
 static tally_err finish_card(parse_ctx *c, tally_card *out)
 {
     tally_ratecard *card = &out->card;
@@ -330,7 +374,7 @@ static tally_err finish_card(parse_ctx *c, tally_card *out)
             snprintf(p, sizeof p, "accelerators.%s.spot", out->spot[i].sku);
             return fail(c, p, "two points with the same from");
         }
-    return TALLY_OK;
+    return check_price_caps(c, out);
 }
 
 static tally_err parse_header(parse_ctx *c, json_object *root, tally_card *out)

@@ -33,8 +33,13 @@ static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_IV_DEL] = "DELETE FROM usage_intervals WHERE id = ?1",
     [ST_PT_INS] = "INSERT INTO usage_points(account, meter, dim, dim2, t_s, qty, seq) "
                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+    /* Never past INT64_MAX (SQLite would turn the sum into a REAL): no row
+     * changes, and agg_flush reports TALLY_OVERFLOW. */
     [ST_PT_ADD] = "UPDATE usage_points SET qty = qty + ?6, seq = ?7 WHERE account = ?1 AND "
-                  "meter = ?2 AND dim = ?3 AND dim2 = ?4 AND t_s = ?5",
+                  "meter = ?2 AND dim = ?3 AND dim2 = ?4 AND t_s = ?5 AND "
+                  "qty <= 9223372036854775807 - ?6",
+    [ST_PT_GET] = "SELECT qty FROM usage_points WHERE account = ?1 AND meter = ?2 AND dim = ?3 "
+                  "AND dim2 = ?4 AND t_s = ?5",
     [ST_OFF_INS] = "INSERT INTO offsets(topic, partition, next_offset, updated_at) "
                    "VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
     [ST_OFF_UPD] = "UPDATE offsets SET next_offset = ?3, updated_at = ?4 "

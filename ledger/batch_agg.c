@@ -362,20 +362,42 @@ tally_err agg_begin(tally_batch *b, size_t n_point_events)
     return idx_table_reserve(&b->pt_index, n_point_events);
 }
 
+/* The qty stored for ev's second before this commit (0 if none). */
+static tally_err pt_stored(tally_batch *b, const tally_event *ev, int64_t *out)
+{
+    sqlite3_stmt *st = b->st[ST_PT_GET];
+    sqlite3_bind_text(st, 1, ev->account, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, ev->meter);
+    sqlite3_bind_text(st, 3, ev->dim, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, ev->dim2, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, ev->time_s);
+    int rc = sqlite3_step(st);
+    *out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    tally_err e = rc == SQLITE_ROW || rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(b->l, rc);
+    sqlite3_reset(st);
+    return e;
+}
+
 tally_err agg_point(tally_batch *b, const tally_event *ev)
 {
     pt_probe p = {b, ev};
     uint64_t h = pt_hash(ev);
-    int64_t idx = idx_table_find(&b->pt_index, h, pt_eq, &p);
+    int64_t idx = idx_table_find(&b->pt_index, h, pt_eq, &p), sum, stored = 0;
     if (idx >= 0) {
-        int64_t sum;
-        if (__builtin_add_overflow(b->pts[idx].qty, ev->weight, &sum))
+        pt_entry *pe = &b->pts[idx];
+        if (__builtin_add_overflow(pe->qty, ev->weight, &sum) ||
+            __builtin_add_overflow(pe->stored, sum, &stored))
             return TALLY_OVERFLOW;
-        b->pts[idx].qty = sum;
+        pe->qty = sum;
         return TALLY_OK;
     }
+    tally_err e = b->careful ? pt_stored(b, ev, &stored) : TALLY_OK;
+    if (e != TALLY_OK)
+        return e;
+    if (__builtin_add_overflow(stored, ev->weight, &sum))
+        return TALLY_OVERFLOW;
     assert(b->n_pts < b->pts_alloc);
-    b->pts[b->n_pts] = (pt_entry){ev, ev->weight};
+    b->pts[b->n_pts] = (pt_entry){ev, ev->weight, stored};
     idx_table_insert(&b->pt_index, h, (uint32_t)b->n_pts++);
     return TALLY_OK;
 }
@@ -401,8 +423,12 @@ static tally_err pt_write(tally_batch *b, const pt_entry *p, int64_t seq)
             return TALLY_OK;
         }
     }
-    snprintf(b->l->errmsg, sizeof b->l->errmsg, "usage point neither inserted nor updated");
-    return TALLY_DB;
+    /* The row exists (the INSERT did nothing) and the guarded UPDATE refused:
+     * its sum would pass INT64_MAX. */
+    snprintf(b->l->errmsg, sizeof b->l->errmsg,
+             "%s quantity of %.63s at second %lld would not fit in 64 bits",
+             tally_meter_name(ev->meter), ev->account, (long long)ev->time_s);
+    return TALLY_OVERFLOW;
 }
 
 tally_err agg_flush(tally_batch *b)

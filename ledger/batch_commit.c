@@ -178,7 +178,8 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
     e = agg_point(b, ev);
     if (e != TALLY_OVERFLOW)
         return e;
-    /* Unreachable with real traffic; kept, never dropped. */
+    /* Ten maximal traffic events in one second do not fit: quarantined,
+     * never wrapped, never dropped. */
     if (tally_time_format(ev->time_s, when, sizeof when) != TALLY_OK)
         snprintf(when, sizeof when, "?");
     snprintf(detail, sizeof detail, "%s quantity of %s at %s does not fit in 64 bits",
@@ -282,15 +283,16 @@ static void reset_queue(tally_batch *b)
     b->new_keys = b->new_quarantine = b->new_intervals = b->new_points = 0;
 }
 
-tally_err tally_batch_commit(tally_batch *b, tally_batch_stats *st, tally_event_result *results)
+/* One transaction: everything or nothing. */
+static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *results)
 {
-    commit_ctx c = {0};
+    *c = (commit_ctx){0};
     b->seq = 0;
     b->new_keys = b->new_quarantine = b->new_intervals = b->new_points = 0;
     b->now_s = tally_now_s();
     tally_err e = ledger_begin(b->l);
     if (e == TALLY_OK) {
-        e = commit_body(b, &c, results);
+        e = commit_body(b, c, results);
         if (e == TALLY_OK)
             e = ledger_commit(b->l);
         else
@@ -301,7 +303,24 @@ tally_err tally_batch_commit(tally_batch *b, tally_batch_stats *st, tally_event_
         agg_forget(b);
         idx_table_clear(&b->known_accounts);
         b->n_accounts = 0;
-        memset(&c.st, 0, sizeof c.st);
+        memset(&c->st, 0, sizeof c->st);
+    }
+    return e;
+}
+
+tally_err tally_batch_commit(tally_batch *b, tally_batch_stats *st, tally_event_result *results)
+{
+    commit_ctx c;
+    tally_err e = commit_once(b, &c, results);
+    if (e == TALLY_OVERFLOW) {
+        /* A stored per-second sum would pass INT64_MAX. Rare (it takes
+         * about ten maximal traffic events in one second): commit again,
+         * checking each event against what is stored, so that the event
+         * that does not fit is quarantined as "overflow" and the batch goes
+         * on instead of failing on every retry. */
+        b->careful = true;
+        e = commit_once(b, &c, results);
+        b->careful = false;
     }
     reset_queue(b);
     if (st)

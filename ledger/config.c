@@ -277,6 +277,20 @@ tally_err tally_ledger_account_get(tally_ledger *l, const char *id, tally_accoun
 
 /* ---- Spot prices and commitments ------------------------------------------ */
 
+/* The bound a rate card's prices have (tally_price_max_nano), in the cards'
+ * currency. Errors: TALLY_RANGE. */
+static tally_err check_spot_max(tally_ledger *l, const tally_ratecard *card, int64_t price_nano)
+{
+    const tally_currency *cur = tally_currency_find(card->currency);
+    int64_t max = tally_price_max_nano(TALLY_METER_ACCELERATOR, cur ? cur->minor_digits : 0);
+    char text[48] = "?";
+    if (price_nano <= max)
+        return TALLY_OK;
+    if (tally_price_format(max, 2, text, sizeof text) != TALLY_OK)
+        snprintf(text, sizeof text, "?");
+    return failf(l, TALLY_RANGE, "a spot price is at most %s per card-hour", text);
+}
+
 tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku, int64_t price_nano,
                                 int64_t from_s)
 {
@@ -296,6 +310,8 @@ tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku, int64_t price_
         return failf(l, TALLY_NOT_FOUND, "no rate card lists SKU \"%.63s\"", sku);
     if (e == TALLY_OK && !spot)
         return failf(l, TALLY_NO_PRICE, "SKU %.63s is not offered on spot", sku);
+    if (e == TALLY_OK)
+        e = check_spot_max(l, cards[0], price_nano);
     if (e == TALLY_OK)
         e = ledger_prepare(l,
                            "INSERT INTO spot_prices(sku, from_s, price_nano, origin, "
@@ -395,6 +411,22 @@ static tally_err check_grant(tally_ledger *l, const tally_grant_spec *g, char *w
     return e;
 }
 
+/* SPEC section 4: at most TALLY_GRANT_MAX_MAJOR in the grant's currency
+ * (TALLY_RANGE); the caller's transaction then stores nothing. */
+static tally_err check_grant_max(tally_ledger *l, const tally_grant_spec *g, const char *currency)
+{
+    const tally_currency *cur = tally_currency_find(currency);
+    if (!cur)
+        return failf(l, TALLY_UNKNOWN_CURRENCY, "unknown currency %.3s", currency);
+    int64_t max = tally_grant_max_minor(cur);
+    if (g->amount_minor <= max)
+        return TALLY_OK;
+    char text[48] = "?";
+    if (tally_amount_format(max, cur->minor_digits, text, sizeof text) != TALLY_OK)
+        snprintf(text, sizeof text, "%lld", (long long)TALLY_GRANT_MAX_MAJOR);
+    return failf(l, TALLY_RANGE, "a grant is at most %s %s", text, cur->code);
+}
+
 static tally_err insert_grant(tally_ledger *l, const tally_grant_spec *g, const char *currency,
                               int64_t *id)
 {
@@ -451,6 +483,8 @@ tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g, int
         e = account_read(l, g->account, &a, &found);
     if (e == TALLY_OK && g->currency && strcmp(g->currency, a.currency) != 0)
         e = failf(l, TALLY_CURRENCY_MISMATCH, "the account's currency is %s", a.currency);
+    if (e == TALLY_OK)
+        e = check_grant_max(l, g, a.currency);
     if (e == TALLY_OK)
         e = insert_grant(l, g, a.currency, &id);
     if (e == TALLY_OK)

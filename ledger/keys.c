@@ -26,6 +26,9 @@ tally_err tally_ledger_data_version(tally_ledger *l, int64_t *out)
     return finish(l, st, rc);
 }
 
+static const char *const role_names[] = {
+    [TALLY_KEY_ACCOUNT] = "account", [TALLY_KEY_INGEST] = "ingest", [TALLY_KEY_ADMIN] = "admin"};
+
 static void key_from_row(sqlite3_stmt *st, tally_key_row *k)
 {
     memset(k, 0, sizeof *k);
@@ -33,32 +36,59 @@ static void key_from_row(sqlite3_stmt *st, tally_key_row *k)
     const void *h = sqlite3_column_blob(st, 1);
     if (h && sqlite3_column_bytes(st, 1) == (int)sizeof k->hash)
         memcpy(k->hash, h, sizeof k->hash);
-    const unsigned char *a = sqlite3_column_text(st, 2);
+    const char *role = (const char *)sqlite3_column_text(st, 2);
+    k->role = TALLY_KEY_ACCOUNT;
+    for (size_t i = 0; role && i < sizeof role_names / sizeof *role_names; i++)
+        if (strcmp(role, role_names[i]) == 0)
+            k->role = (tally_key_role)i;
+    k->admin = k->role == TALLY_KEY_ADMIN;
+    const unsigned char *a = sqlite3_column_text(st, 3);
     if (a)
         snprintf(k->account, sizeof k->account, "%s", (const char *)a);
-    k->admin = sqlite3_column_int64(st, 3) == 1;
     k->created_s = sqlite3_column_int64(st, 4);
     k->revoked_s = sqlite3_column_int64(st, 5);
 }
 
+/* Fills an ingest key's prefixes. */
+static tally_err key_sources(tally_ledger *l, sqlite3_stmt *src, tally_key_row *k)
+{
+    sqlite3_reset(src);
+    sqlite3_bind_int64(src, 1, k->id);
+    int rc;
+    while ((rc = sqlite3_step(src)) == SQLITE_ROW && k->n_sources < TALLY_KEY_SOURCES_MAX)
+        snprintf(k->sources[k->n_sources++], sizeof k->sources[0], "%s",
+                 (const char *)sqlite3_column_text(src, 0));
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
+}
+
 tally_err tally_ledger_keys(tally_ledger *l, bool active_only, tally_key_fn fn, void *ctx)
 {
-    sqlite3_stmt *st;
+    sqlite3_stmt *st, *src;
     tally_err e = ledger_prepare(l,
-                                 active_only ? "SELECT id, key_hash, account, admin, created_at, "
+                                 active_only ? "SELECT id, key_hash, role, account, created_at, "
                                                "coalesce(revoked_at, 0) FROM api_keys "
                                                "WHERE revoked_at IS NULL ORDER BY id"
-                                             : "SELECT id, key_hash, account, admin, created_at, "
+                                             : "SELECT id, key_hash, role, account, created_at, "
                                                "coalesce(revoked_at, 0) FROM api_keys ORDER BY id",
                                  &st);
     if (e)
         return e;
-    int rc;
-    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tally_key_row k;
-        key_from_row(st, &k);
-        e = fn(ctx, &k);
+    e = ledger_prepare(l, "SELECT prefix FROM api_key_sources WHERE key_id = ?1 ORDER BY prefix",
+                       &src);
+    if (e) {
+        sqlite3_finalize(st);
+        return e;
     }
+    int rc = SQLITE_DONE;
+    tally_key_row k;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        key_from_row(st, &k);
+        if (k.role == TALLY_KEY_INGEST)
+            e = key_sources(l, src, &k);
+        if (!e)
+            e = fn(ctx, &k);
+    }
+    sqlite3_finalize(src);
     if (e) {
         sqlite3_finalize(st);
         return e;
@@ -66,26 +96,72 @@ tally_err tally_ledger_keys(tally_ledger *l, bool active_only, tally_key_fn fn, 
     return finish(l, st, rc);
 }
 
-tally_err tally_ledger_key_insert(tally_ledger *l, const unsigned char hash[32],
-                                  const char *account, bool admin, int64_t created_s,
-                                  int64_t *id_out)
+static bool key_shape_ok(tally_key_role role, const char *account, const char *const *sources,
+                         size_t n_sources)
 {
-    if (admin == (account != NULL))
-        return TALLY_INVAL;
+    if ((role == TALLY_KEY_ACCOUNT) != (account != NULL))
+        return false;
+    if (role != TALLY_KEY_INGEST)
+        return role == TALLY_KEY_ACCOUNT || role == TALLY_KEY_ADMIN ? n_sources == 0 : false;
+    if (n_sources == 0 || n_sources > TALLY_KEY_SOURCES_MAX)
+        return false;
+    for (size_t i = 0; i < n_sources; i++)
+        if (!sources[i] || !sources[i][0] || strlen(sources[i]) >= TALLY_ID_MAX)
+            return false;
+    return true;
+}
+
+static tally_err insert_sources(tally_ledger *l, int64_t id, const char *const *sources,
+                                size_t n_sources)
+{
     sqlite3_stmt *st;
     tally_err e = ledger_prepare(
-        l, "INSERT INTO api_keys(key_hash, account, admin, created_at) VALUES (?1, ?2, ?3, ?4)",
-        &st);
+        l, "INSERT OR IGNORE INTO api_key_sources(key_id, prefix) VALUES (?1, ?2)", &st);
+    for (size_t i = 0; i < n_sources && !e; i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, sources[i], -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc != SQLITE_DONE)
+            e = ledger_sqlite_err(l, rc);
+    }
+    if (st)
+        sqlite3_finalize(st);
+    return e;
+}
+
+tally_err tally_ledger_key_insert(tally_ledger *l, const unsigned char hash[32],
+                                  tally_key_role role, const char *account,
+                                  const char *const *sources, size_t n_sources, int64_t created_s,
+                                  int64_t *id_out)
+{
+    if (!key_shape_ok(role, account, sources, n_sources))
+        return TALLY_INVAL;
+    sqlite3_stmt *st;
+    tally_err e = ledger_begin(l);
     if (e)
         return e;
-    sqlite3_bind_blob(st, 1, hash, 32, SQLITE_STATIC);
-    if (account)
-        sqlite3_bind_text(st, 2, account, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 3, admin ? 1 : 0);
-    sqlite3_bind_int64(st, 4, created_s);
-    e = finish(l, st, sqlite3_step(st));
+    e = ledger_prepare(
+        l, "INSERT INTO api_keys(key_hash, role, account, created_at) VALUES (?1, ?2, ?3, ?4)",
+        &st);
+    if (!e) {
+        sqlite3_bind_blob(st, 1, hash, 32, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, role_names[role], -1, SQLITE_STATIC);
+        if (account)
+            sqlite3_bind_text(st, 3, account, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, created_s);
+        e = finish(l, st, sqlite3_step(st));
+    }
+    int64_t id = e ? 0 : sqlite3_last_insert_rowid(l->db);
+    if (!e)
+        e = insert_sources(l, id, sources, n_sources);
+    if (e) {
+        ledger_rollback(l);
+        return e;
+    }
+    e = ledger_commit(l);
     if (!e && id_out)
-        *id_out = sqlite3_last_insert_rowid(l->db);
+        *id_out = id;
     return e;
 }
 

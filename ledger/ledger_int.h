@@ -201,6 +201,7 @@ typedef struct iv_entry {
 typedef struct pt_entry {
     const tally_event *ev; /* first event of this (account, meter, dim, dim2, t_s) */
     int64_t qty;
+    int64_t stored; /* the row's qty before this commit (read only when careful) */
 } pt_entry;
 
 enum batch_stmt {
@@ -212,6 +213,7 @@ enum batch_stmt {
     ST_IV_DEL,
     ST_PT_INS,
     ST_PT_ADD,
+    ST_PT_GET,
     ST_OFF_INS,
     ST_OFF_UPD,
     ST_SEQ,
@@ -250,6 +252,10 @@ struct tally_batch {
     int64_t seq; /* usage_seq of this commit; 0 until usage is written */
     int64_t now_s;
     int64_t new_keys, new_quarantine, new_intervals, new_points;
+    /* Set for the second attempt of a commit whose first one found a stored
+     * per-second sum that would overflow: agg_point then reads each second's
+     * stored qty, so the one event that does not fit is quarantined. */
+    bool careful;
 };
 
 /* ---- Aggregation (batch_agg.c); called inside the commit's transaction ---- */
@@ -263,9 +269,12 @@ tally_err agg_begin(tally_batch *b, size_t n_point_events);
 /* Adds an accepted accelerator or storage event to the open intervals. */
 tally_err agg_interval(tally_batch *b, const tally_event *ev);
 /* Adds an accepted traffic or token event to this commit's points.
- * Errors: TALLY_OVERFLOW (the second's sum would not fit; nothing added). */
+ * Errors: TALLY_OVERFLOW (the second's sum in this commit, or with
+ * b->careful also the stored sum, would not fit; nothing added), TALLY_DB. */
 tally_err agg_point(tally_batch *b, const tally_event *ev);
-/* Writes dirty intervals and this commit's points. */
+/* Writes dirty intervals and this commit's points. Errors: TALLY_OVERFLOW (a
+ * stored per-second sum plus this commit's would not fit in 64 bits; the
+ * caller rolls back and commits again with b->careful), TALLY_DB. */
 tally_err agg_flush(tally_batch *b);
 /* The usage_seq for rows written by this commit (bumped on first use). */
 tally_err batch_seq(tally_batch *b, int64_t *seq);

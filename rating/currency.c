@@ -30,3 +30,11 @@ const tally_currency *tally_currency_find(const char *code)
     }
     return NULL;
 }
+
+int64_t tally_grant_max_minor(const tally_currency *c)
+{
+    int64_t max = TALLY_GRANT_MAX_MAJOR;
+    for (int i = 0; i < c->minor_digits; i++)
+        max *= 10; /* at most 10^12 for three digits */
+    return max;
+}

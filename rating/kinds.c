@@ -101,3 +101,29 @@ int64_t tally_meter_unit_divisor(tally_meter m)
     const struct meter_unit *u = meter_unit(m);
     return u ? u->divisor : 0;
 }
+
+/* The highest price per price unit, in minor units of any currency. With
+ * these, a month of maximal in-range usage (one event a second on each
+ * meter, every quantity at its SPEC section 1 bound) rates to at most
+ * 1.76e18 (accelerator), 2.68e18 (traffic) and 2.68e17 (tokens) minor
+ * units, under INT64_MAX (9.22e18) together. Storage's line would fit too,
+ * but its exact numerator (byte-seconds x nano price x 10^digits) passes
+ * __int128 above 0.74 minor units per GB-day for that month: the rating
+ * then fails with TALLY_OVERFLOW, never wraps. tests/rating/
+ * test_rate_bounds.c rates exactly that month. */
+static const int64_t price_max_minor[TALLY_METER_COUNT] = {
+    [TALLY_METER_ACCELERATOR] = 10000000, /* 100,000.00 CNY per card-hour */
+    [TALLY_METER_STORAGE] = 1000,         /* 10.00 CNY per GB-day */
+    [TALLY_METER_TRAFFIC] = 1000,         /* 10.00 CNY per GB */
+    [TALLY_METER_TOKENS] = 100000,        /* 1,000.00 CNY per million tokens */
+};
+
+int64_t tally_price_max_nano(tally_meter m, int minor_digits)
+{
+    if ((int)m < 0 || m >= TALLY_METER_COUNT || minor_digits < 0 || minor_digits > 9)
+        return 0;
+    int64_t nano = price_max_minor[m] * TALLY_PRICE_SCALE; /* at most 10^16 */
+    for (int i = 0; i < minor_digits; i++)
+        nano /= 10;
+    return nano;
+}

@@ -55,8 +55,10 @@ static tally_err key_row(void *ctx, const tally_key_row *row)
     srv_key *k = &kl->v[kl->n++];
     memcpy(k->hash, row->hash, sizeof k->hash);
     k->id = row->id;
-    k->admin = row->admin;
+    k->role = row->role;
     snprintf(k->account, sizeof k->account, "%s", row->account);
+    memcpy(k->sources, row->sources, sizeof k->sources);
+    k->n_sources = row->n_sources;
     return TALLY_OK;
 }
 
@@ -128,8 +130,12 @@ srv_auth_result srv_authenticate(tally_ledger *l, srv_keyring *k, const char *he
     if (!hit || CRYPTO_memcmp(hit->hash, probe.hash, sizeof probe.hash) != 0)
         return SRV_AUTH_UNKNOWN;
     who->key_id = hit->id;
-    who->admin = hit->admin;
-    snprintf(who->account, sizeof who->account, "%s", hit->admin ? "" : hit->account);
+    who->role = hit->role;
+    who->admin = hit->role == TALLY_KEY_ADMIN;
+    snprintf(who->account, sizeof who->account, "%s",
+             hit->role == TALLY_KEY_ACCOUNT ? hit->account : "");
+    memcpy(who->sources, hit->sources, sizeof who->sources);
+    who->n_sources = hit->role == TALLY_KEY_INGEST ? hit->n_sources : 0;
     return SRV_AUTH_OK;
 }
 
@@ -166,12 +172,11 @@ static bool account_ok(const char *a)
     return true;
 }
 
-tally_err tally_apikey_create(tally_ledger *l, const char *account, bool admin, char *key,
-                              size_t cap, int64_t *id_out)
+/* Makes a random key, stores its hash with the role and clears the key on
+ * failure. */
+static tally_err create_key(tally_ledger *l, tally_key_role role, const char *account,
+                            const char *const *sources, size_t n, char *key, int64_t *id_out)
 {
-    if (admin == (account != NULL) || (!admin && !account_ok(account)) ||
-        cap < TALLY_APIKEY_LEN + 1)
-        return TALLY_INVAL;
     unsigned char rnd[KEY_RAND_BYTES], hash[32];
     if (RAND_bytes(rnd, sizeof rnd) != 1)
         return TALLY_CRYPTO;
@@ -179,10 +184,52 @@ tally_err tally_apikey_create(tally_ledger *l, const char *account, bool admin, 
     base64url(rnd, sizeof rnd, key + strlen(KEY_PREFIX));
     OPENSSL_cleanse(rnd, sizeof rnd);
     srv_key_hash(key, TALLY_APIKEY_LEN, hash);
-    tally_err e = tally_ledger_key_insert(l, hash, account, admin, tally_now_s(), id_out);
+    tally_err e =
+        tally_ledger_key_insert(l, hash, role, account, sources, n, tally_now_s(), id_out);
     if (e != TALLY_OK)
         OPENSSL_cleanse(key, TALLY_APIKEY_LEN);
     return e;
+}
+
+tally_err tally_apikey_create(tally_ledger *l, const char *account, bool admin, char *key,
+                              size_t cap, int64_t *id_out)
+{
+    if (admin == (account != NULL) || (!admin && !account_ok(account)) ||
+        cap < TALLY_APIKEY_LEN + 1)
+        return TALLY_INVAL;
+    return create_key(l, admin ? TALLY_KEY_ADMIN : TALLY_KEY_ACCOUNT, account, NULL, 0, key,
+                      id_out);
+}
+
+/* A source prefix: 1..TALLY_ID_MAX-1 bytes, no control characters. */
+static bool prefix_ok(const char *p)
+{
+    size_t n = p ? strlen(p) : 0;
+    if (n == 0 || n >= TALLY_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+            return false;
+    return true;
+}
+
+tally_err tally_apikey_create_ingest(tally_ledger *l, const char *const *sources, size_t n,
+                                     char *key, size_t cap, int64_t *id_out)
+{
+    if (n == 0 || n > TALLY_KEY_SOURCES_MAX || cap < TALLY_APIKEY_LEN + 1)
+        return TALLY_INVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!prefix_ok(sources[i]))
+            return TALLY_INVAL;
+    return create_key(l, TALLY_KEY_INGEST, NULL, sources, n, key, id_out);
+}
+
+bool tally_apikey_source_allowed(const char (*sources)[TALLY_ID_MAX], size_t n, const char *source)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(source, sources[i], strlen(sources[i])) == 0)
+            return true;
+    return false;
 }
 
 tally_err tally_apikey_revoke(tally_ledger *l, int64_t id)
@@ -199,10 +246,13 @@ static tally_err list_row(void *ctx, const tally_key_row *row)
 {
     list_state *st = ctx;
     tally_apikey_info k = {.id = row->id,
+                           .role = row->role,
                            .admin = row->admin,
+                           .n_sources = row->n_sources,
                            .created_s = row->created_s,
                            .revoked_s = row->revoked_s};
     snprintf(k.account, sizeof k.account, "%s", row->account);
+    memcpy(k.sources, row->sources, sizeof k.sources);
     return st->fn(st->ctx, &k);
 }
 

@@ -2,9 +2,11 @@
  *
  * Each element goes through the ingest pipeline on its own
  * (include/tally/pipeline.h: the same decoding, validation and reasons as
- * `tally ingest` and the Kafka meter). An account key
- * may only send events whose subject is its own account; others are answered
- * "forbidden" and are neither stored nor produced. Elements that do not
+ * `tally ingest` and the Kafka meter). Only ingest and admin keys get here
+ * (an account key is 403 for the whole request, before anything is read). An
+ * ingest key may only send events whose source starts with one of its
+ * prefixes; others are answered "forbidden" (reason "source_not_allowed")
+ * and are neither stored, produced nor quarantined. Elements that do not
  * decode are quarantined in the ledger with their reason (origin
  * "http:<request-id>:<index>"), in one transaction.
  *   - Without brokers, the decoded events go into that same transaction and
@@ -109,9 +111,11 @@ static tally_err decode_one(srv_call *c, const char *raw, size_t len, size_t i, 
     const tally_event *ev = &d.u.ev;
     snprintf(r->id, sizeof r->id, "%s", ev->id);
     snprintf(r->account, sizeof r->account, "%s", ev->account);
-    if (!c->who.admin && strcmp(ev->account, c->who.account) != 0) {
+    /* The router lets only ingest and admin keys here (SRV_USAGE). */
+    if (!c->who.admin &&
+        !tally_apikey_source_allowed(c->who.sources, c->who.n_sources, ev->source)) {
         r->status = SRV_EV_FORBIDDEN;
-        snprintf(r->reason, sizeof r->reason, "subject is not this key's account");
+        snprintf(r->reason, sizeof r->reason, "source_not_allowed");
         return TALLY_OK;
     }
     r->status = SRV_EV_PENDING;

@@ -14,7 +14,7 @@
 const srv_route srv_routes[] = {
     {"GET", "/healthz", srv_h_healthz, SRV_PUBLIC},
     {"GET", "/metrics", srv_h_metrics, SRV_PUBLIC},
-    {"POST", "/v1/events", srv_h_events, SRV_ANY_KEY},
+    {"POST", "/v1/events", srv_h_events, SRV_USAGE},
     {"GET", "/v1/accounts/{account}/usage", srv_h_usage, SRV_ANY_KEY},
     {"GET", "/v1/accounts/{account}/balance", srv_h_balance, SRV_ANY_KEY},
     {"GET", "/v1/accounts/{account}/invoices", srv_h_invoice_list, SRV_ANY_KEY},
@@ -109,6 +109,23 @@ static void new_request_id(tally_server *s, char *out, size_t cap)
     snprintf(out, cap, "%s-%llu", s->id_prefix, (unsigned long long)++s->next_request);
 }
 
+/* 403 when the key's role may not use the route (SPEC section 7): an account
+ * key never sends usage, an ingest key does nothing else. */
+static bool role_allowed(srv_call *c, const srv_route *r)
+{
+    tally_key_role role = c->who.role;
+    if (r->auth == SRV_ADMIN && role != TALLY_KEY_ADMIN)
+        srv_fail(c, 403, "forbidden", "this endpoint needs an admin key");
+    else if (r->auth == SRV_USAGE && role == TALLY_KEY_ACCOUNT)
+        srv_fail(c, 403, "forbidden",
+                 "account keys cannot send usage (use an ingest key or an admin key)");
+    else if (r->auth == SRV_ANY_KEY && role == TALLY_KEY_INGEST)
+        srv_fail(c, 403, "forbidden", "an ingest key can only send events");
+    else
+        return true;
+    return false;
+}
+
 /* 401/403 for a route's auth level; true if the call may go on. */
 static bool authorize(srv_call *c, const srv_route *r)
 {
@@ -130,11 +147,7 @@ static bool authorize(srv_call *c, const srv_route *r)
         srv_fail(c, 401, "unauthorized", "%s", why[a]);
         return false;
     }
-    if (r->auth == SRV_ADMIN && !c->who.admin) {
-        srv_fail(c, 403, "forbidden", "this endpoint needs an admin key");
-        return false;
-    }
-    return true;
+    return role_allowed(c, r);
 }
 
 /* An account key reaching another account through the path: 404, the same

@@ -49,15 +49,20 @@ int64_t srv_now_us(void);
 
 typedef struct srv_principal {
     int64_t key_id;
-    bool admin;
-    char account[TALLY_NAME_MAX]; /* "" for admin keys */
+    tally_key_role role;
+    bool admin;                                        /* role == TALLY_KEY_ADMIN */
+    char account[TALLY_NAME_MAX];                      /* "" unless an account key */
+    char sources[TALLY_KEY_SOURCES_MAX][TALLY_ID_MAX]; /* an ingest key's prefixes */
+    size_t n_sources;
 } srv_principal;
 
 typedef struct srv_key {
     unsigned char hash[32];
     int64_t id;
-    bool admin;
+    tally_key_role role;
     char account[TALLY_NAME_MAX];
+    char sources[TALLY_KEY_SOURCES_MAX][TALLY_ID_MAX];
+    size_t n_sources;
 } srv_key;
 
 /* The active keys, sorted by hash, reloaded when another connection commits
@@ -131,7 +136,8 @@ typedef enum srv_outcome { SRV_ANSWERED = 0, SRV_DEFERRED = 1 } srv_outcome;
 typedef enum srv_auth_level {
     SRV_PUBLIC = 0, /* no key */
     SRV_ANY_KEY,    /* account or admin key; {account} in the path is scoped */
-    SRV_ADMIN,      /* admin keys only (403 for account keys) */
+    SRV_ADMIN,      /* admin keys only (403 for other keys) */
+    SRV_USAGE,      /* ingest or admin keys: sending usage (403 for account keys) */
 } srv_auth_level;
 
 typedef srv_outcome (*srv_handler)(srv_call *c);
@@ -265,7 +271,7 @@ typedef enum srv_event_status {
     SRV_EV_CONFLICT,
     SRV_EV_QUARANTINED,
     SRV_EV_PRODUCED,
-    SRV_EV_FORBIDDEN, /* subject is not the key's account: neither stored nor produced */
+    SRV_EV_FORBIDDEN, /* source not under the ingest key's prefixes: neither stored nor produced */
     SRV_EV_FAILED,    /* could not be produced: retry */
     SRV_EV_PENDING,   /* waiting for a delivery report */
 } srv_event_status;

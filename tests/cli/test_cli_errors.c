@@ -26,6 +26,7 @@ static const char *const bad_commands[] = {
     "spot set rtx4090 0.5 --from yesterday",
     "spot set h100 0.5 --from 2026-03-01T00:00:00Z",
     "spot set b200 0.5 --from 2026-03-01T00:00:00Z",
+    "spot set rtx4090 100000.01 --from 2026-03-01T00:00:00Z", /* tally_price_max_nano */
     "commit add a1 --sku tpu-v4-64 --cards 1 --from 2026-03-01T00:00:00Z --to "
     "2026-04-01T00:00:00Z",
     "commit add a1 --sku h100 --cards 0 --from 2026-03-01T00:00:00Z --to 2026-04-01T00:00:00Z",
@@ -37,6 +38,9 @@ static const char *const bad_commands[] = {
     "credit grant a1 10 --kind coupon --expires 2020-01-01T00:00:00Z --effective "
     "2021-01-01T00:00:00Z",
     "credit grant a1 10 --kind trial --currency USD",
+    "credit grant a1 92233720368547758.07 --kind goodwill", /* SPEC section 4: at most 10^9 */
+    "credit grant a1 1000000000.01 --kind goodwill",
+    "credit grant a1 1000000001 --kind goodwill --currency JPY",
     "ratecard load /nonexistent.json",
     "ingest /nonexistent.ndjson",
     "invoice run --period 2026-13",
@@ -76,10 +80,36 @@ static void test_bad_input_changes_nothing(void **state)
     tally_buf_release(&err);
 }
 
+/* A grant over the bound used to be stored, and from the next grant on
+ * `tally verify` failed with an integer overflow forever. */
+static void test_grant_bound_keeps_verify(void **state)
+{
+    (void)state;
+    const char *dir = tu_tmpdir("cli-grant-bound");
+    char base[1300];
+    snprintf(base, sizeof base, "--db '%s/tally.db' --key '%s/tally.key'", dir, dir);
+    assert_int_equal(tu_tally(NULL, "%s init >/dev/null", base), 0);
+    assert_int_equal(tu_tally(NULL, "%s keygen >/dev/null", base), 0);
+    tally_buf err;
+    tally_buf_init(&err, 0);
+    assert_int_equal(
+        tu_tally(&err, "%s credit grant whale 92233720368547758.07 --kind goodwill 2>&1", base), 2);
+    if (!strstr(err.data ? err.data : "", "a grant is at most 1000000000.00 CNY"))
+        fail_msg("no clear error: %s", err.data ? err.data : "");
+    tally_buf_release(&err);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(
+            tu_tally(NULL, "%s credit grant whale 1000000000.00 --kind goodwill >/dev/null", base),
+            0);
+    assert_int_equal(tu_tally(NULL, "%s credit grant whale 5 --kind trial >/dev/null", base), 0);
+    assert_int_equal(tu_tally(NULL, "%s verify >/dev/null", base), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input_changes_nothing),
+        cmocka_unit_test(test_grant_bound_keeps_verify),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

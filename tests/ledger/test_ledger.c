@@ -325,6 +325,24 @@ static void test_ratecard_bad(void **state)
         {CARD_HEAD("x", "2026-01-01T00:00:00Z") "{\"h100\":{\"on_demand\":\"1\","
                                                 "\"min_billable_seconds\":\"60\"}}}",
          "min_billable_seconds"},
+        /* Prices a month of maximal usage could not be rated with
+         * (tally_price_max_nano): 100,000.00 per card-hour, 10.00 per GB-day
+         * and per GB, 1,000.00 per million tokens. */
+        {CARD_HEAD("x", "2026-01-01T00:00:00Z") "{\"h100\":{\"on_demand\":\"100000.01\"}}}",
+         "accelerators.h100: price above the largest allowed, 100000.00 per card-hour"},
+        {CARD_HEAD("x", "2026-01-01T00:00:00Z") "{\"h100\":{\"on_demand\":\"1\",\"spot\":[{"
+                                                "\"from\":\"2026-01-01T00:00:00Z\",\"price\":"
+                                                "\"9223372036.854775807\"}]}}}",
+         "accelerators.h100: price above"},
+        {CARD_HEAD("x", "2026-01-01T00:00:00Z") "{\"h100\":{\"on_demand\":\"1\"}},\"storage\":{"
+                                                "\"ssd\":\"10.000000001\"}}",
+         "storage.ssd: price above the largest allowed, 10.00 per GB-day"},
+        {CARD_HEAD("x", "2026-01-01T00:00:00Z") "{\"h100\":{\"on_demand\":\"1\"}},\"traffic\":{"
+                                                "\"internet\":{\"egress\":\"11\"}}}",
+         "traffic.internet: price above"},
+        {CARD_HEAD("x", "2026-01-01T00:00:00Z") "{\"h100\":{\"on_demand\":\"1\"}},\"tokens\":{"
+                                                "\"*\":{\"output\":\"1000.01\"}}}",
+         "tokens.output: price above the largest allowed, 1000.00 per million tokens"},
     };
     tally_ledger *l = open_fresh("ledger-badcard");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -27,6 +27,7 @@ typedef struct http_fixture {
     char addr[64];
     pid_t pid;
     char admin[64], acme[64], globex[64]; /* "Bearer <key>" header values */
+    char ingest[64]; /* an ingest key for source prefix "host-" (event_json's "host-1") */
 } http_fixture;
 
 typedef struct http_answer {
@@ -63,7 +64,8 @@ static inline void fx_key(const http_fixture *f, const char *args, char hdr[64])
     tally_buf_release(&out);
 }
 
-/* A fresh ledger with the fixture rate card, a signing key and three keys. */
+/* A fresh ledger with the fixture rate card, a signing key and four keys:
+ * admin, two accounts' and an ingest key for sources "host-...". */
 static inline void fx_ledger(http_fixture *f, const char *tag)
 {
     memset(f, 0, sizeof *f);
@@ -77,6 +79,7 @@ static inline void fx_ledger(http_fixture *f, const char *tag)
     fx_key(f, "--admin", f->admin);
     fx_key(f, "--account acme", f->acme);
     fx_key(f, "--account globex", f->globex);
+    fx_key(f, "--ingest --source host-", f->ingest);
 }
 
 /* Spawns argv with stdout and stderr in <dir>/<tag>.out and .err (stdin
@@ -218,15 +221,23 @@ static inline void assert_healthy(const http_fixture *f)
 }
 
 /* An accelerator usage event as JSON. */
-static inline void event_json(char *out, size_t cap, const char *id, const char *account,
-                              const char *sku, const char *time, int cards, int seconds)
+static inline void event_json_from(char *out, size_t cap, const char *source, const char *id,
+                                   const char *account, const char *sku, const char *time,
+                                   int cards, int seconds)
 {
     snprintf(out, cap,
-             "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"host-1\","
+             "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"%s\","
              "\"type\":\"accelerator.usage\",\"subject\":\"%s\",\"time\":\"%s\","
              "\"data\":{\"instance\":\"i-%s\",\"sku\":\"%s\",\"pricing\":\"on_demand\","
              "\"cards\":%d,\"seconds\":%d}}",
-             id, account, time, account, sku, cards, seconds);
+             id, source, account, time, account, sku, cards, seconds);
+}
+
+/* An accelerator event from source "host-1". */
+static inline void event_json(char *out, size_t cap, const char *id, const char *account,
+                              const char *sku, const char *time, int cards, int seconds)
+{
+    event_json_from(out, cap, "host-1", id, account, sku, time, cards, seconds);
 }
 
 #endif

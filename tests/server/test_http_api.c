@@ -61,12 +61,12 @@ static void test_events_direct(void **state)
     http_done(&a);
     /* Again: a duplicate; same key with other content: a conflict. */
     snprintf(body, sizeof body, "[%s,%s]", e1, e1x);
-    post_events(&a, fx.acme, body, 200);
+    post_events(&a, fx.ingest, body, 200);
     assert_contains(&a.body, "{\"index\":0,\"id\":\"e1\",\"status\":\"duplicate\"}");
     assert_contains(&a.body,
                     "{\"index\":1,\"id\":\"e1\",\"status\":\"conflict\",\"reason\":\"conflict\"}");
     http_done(&a);
-    post_events(&a, fx.acme, "[]", 200);
+    post_events(&a, fx.ingest, "[]", 200);
     assert_contains(&a.body, "\"results\":[]");
     http_done(&a);
     /* NDJSON is not accepted: the body is one JSON array. */
@@ -179,6 +179,47 @@ static void test_credits_and_balance(void **state)
     assert_healthy(&fx);
 }
 
+/* SPEC section 4: a grant is at most 1,000,000,000.00 in major units. A
+ * grant of 92233720368547758.07 used to be stored; from the next grant on,
+ * sums of grants overflowed: HTTP grants answered 500 and `tally verify`
+ * failed forever. */
+static void test_grant_bound(void **state)
+{
+    (void)state;
+    const char *path = "/v1/accounts/whale/credits";
+    http_answer a, before, after;
+    assert_int_equal(
+        http_send(&fx, &a, "POST", path, fx.admin, "{\"amount\":\"100\",\"kind\":\"goodwill\"}"),
+        201);
+    http_done(&a);
+    assert_int_equal(http_get(&fx, &before, "/v1/accounts/whale/balance", fx.admin), 200);
+    static const char *const too_big[] = {"92233720368547758.07", "1000000000.01"};
+    for (size_t i = 0; i < 2; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"amount\":\"%s\",\"kind\":\"goodwill\"}", too_big[i]);
+        if (http_send(&fx, &a, "POST", path, fx.admin, body) != 400)
+            fail_msg("%s: %d %s", too_big[i], a.status, a.body.data);
+        assert_contains(&a.body, "a grant is at most 1000000000.00 CNY");
+        http_done(&a);
+    }
+    /* Nothing was stored, and later grants, up to the bound, still work. */
+    assert_int_equal(http_get(&fx, &after, "/v1/accounts/whale/balance", fx.admin), 200);
+    assert_string_equal(before.body.data, after.body.data);
+    http_done(&before);
+    http_done(&after);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(http_send(&fx, &a, "POST", path, fx.admin,
+                                   "{\"amount\":\"1000000000.00\",\"kind\":\"goodwill\"}"),
+                         201);
+        http_done(&a);
+    }
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    fx_tally_ok(&fx, &out, "verify");
+    assert_contains(&out, "ok:");
+    tally_buf_release(&out);
+}
+
 static void test_spot_prices(void **state)
 {
     (void)state;
@@ -199,6 +240,9 @@ static void test_spot_prices(void **state)
         {"/v1/spot-prices/rtx4090", "{\"price\":0.5,\"from\":\"2026-03-01T00:00:00Z\"}", 400},
         {"/v1/spot-prices/rtx4090", "{\"price\":\"0.5\"}", 400},
         {"/v1/spot-prices/rtx4090", "{\"price\":\"-1\",\"from\":\"2026-03-01T00:00:00Z\"}", 400},
+        /* Over tally_price_max_nano (100,000.00 per card-hour). */
+        {"/v1/spot-prices/rtx4090", "{\"price\":\"100000.01\",\"from\":\"2026-03-01T00:00:00Z\"}",
+         400},
         {"/v1/spot-prices/rtx4090",
          "{\"price\":\"0.1234567891\",\"from\":\"2026-03-01T00:00:00Z\"}", 400},
     };
@@ -301,13 +345,10 @@ static void test_metrics(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_healthz),
-        cmocka_unit_test(test_events_direct),
-        cmocka_unit_test(test_usage),
-        cmocka_unit_test(test_credits_and_balance),
-        cmocka_unit_test(test_spot_prices),
-        cmocka_unit_test(test_invoices),
-        cmocka_unit_test(test_routes_and_methods),
+        cmocka_unit_test(test_healthz),     cmocka_unit_test(test_events_direct),
+        cmocka_unit_test(test_usage),       cmocka_unit_test(test_credits_and_balance),
+        cmocka_unit_test(test_grant_bound), cmocka_unit_test(test_spot_prices),
+        cmocka_unit_test(test_invoices),    cmocka_unit_test(test_routes_and_methods),
         cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

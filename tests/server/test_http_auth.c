@@ -84,10 +84,10 @@ static void test_auth_failures(void **state)
     assert_contains(&out, "account acme");
     assert_null(strstr(out.data, key + strlen("Bearer ")));
     tally_buf_reset(&out);
-    fx_tally_ok(&fx, &out, "apikey revoke 4"); /* keys 1-3 come from the fixture */
+    fx_tally_ok(&fx, &out, "apikey revoke 5"); /* keys 1-4 come from the fixture */
     tally_buf_release(&out);
     expect(p, key, 401, "unknown or revoked");
-    assert_int_equal(tu_tally(NULL, "--db '%s' apikey revoke 4 2>/dev/null", fx.db), 2);
+    assert_int_equal(tu_tally(NULL, "--db '%s' apikey revoke 5 2>/dev/null", fx.db), 2);
     assert_int_equal(tu_tally(NULL, "--db '%s' apikey revoke 99 2>/dev/null", fx.db), 2);
     assert_int_equal(tu_tally(NULL, "--db '%s' apikey create 2>/dev/null", fx.db), 2);
     assert_int_equal(
@@ -158,20 +158,27 @@ static void test_cross_tenant_body(void **state)
     (void)state;
     const char *usage =
         "/v1/accounts/globex/usage?from=2026-03-01T00:00:00Z&to=2026-04-01T00:00:00Z";
-    http_answer before, a, after;
+    const char *mine_usage =
+        "/v1/accounts/acme/usage?from=2026-03-01T00:00:00Z&to=2026-04-01T00:00:00Z";
+    http_answer before, mine_before, a, after;
     assert_int_equal(http_get(&fx, &before, usage, fx.admin), 200);
+    assert_int_equal(http_get(&fx, &mine_before, mine_usage, fx.admin), 200);
     char mine[512], theirs[512], body[1100];
     event_json(mine, sizeof mine, "a2", "acme", "h100", "2026-03-02T10:00:00Z", 1, 60);
     event_json(theirs, sizeof theirs, "g2", "globex", "h100", "2026-03-02T10:00:00Z", 64, 3600);
     snprintf(body, sizeof body, "[%s,%s]", mine, theirs);
-    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, body), 200);
-    assert_contains(&a.body, "{\"index\":0,\"id\":\"a2\",\"status\":\"accepted\"}");
-    assert_contains(&a.body, "{\"index\":1,\"id\":\"g2\",\"status\":\"forbidden\"");
+    /* An account key never sends usage, not even for its own account. */
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, body), 403);
+    assert_contains(&a.body, "\"code\":\"forbidden\"");
     http_done(&a);
     assert_int_equal(http_get(&fx, &after, usage, fx.admin), 200);
     assert_string_equal(before.body.data, after.body.data);
-    http_done(&before);
     http_done(&after);
+    assert_int_equal(http_get(&fx, &after, mine_usage, fx.admin), 200);
+    assert_string_equal(mine_before.body.data, after.body.data);
+    http_done(&after);
+    http_done(&before);
+    http_done(&mine_before);
     /* Nor may it grant itself or anyone else credits through the body. */
     assert_int_equal(http_send(&fx, &a, "POST", "/v1/accounts/globex/credits", fx.acme,
                                "{\"amount\":\"1\",\"kind\":\"trial\"}"),

@@ -59,11 +59,13 @@ static void test_produce_then_meter(void **state)
     (void)state;
     char e1[512], e2[512], e3[512], body[2000];
     event_json(e1, sizeof e1, "k1", "acme", "h100", "2026-03-05T10:00:00Z", 2, 3600);
-    event_json(e2, sizeof e2, "k2", "globex", "h100", "2026-03-05T10:00:00Z", 1, 3600);
+    /* Not under the ingest key's prefix "host-": forbidden, never produced. */
+    event_json_from(e2, sizeof e2, "rack-9", "k2", "globex", "h100", "2026-03-05T10:00:00Z", 1,
+                    3600);
     event_json(e3, sizeof e3, "k3", "acme", "h100", "2026-03-05T11:00:00Z", 2, 3600);
     snprintf(body, sizeof body, "[%s,%s,{\"specversion\":\"0.3\"},%s]", e1, e2, e3);
     http_answer a;
-    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, body), 200);
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.ingest, body), 200);
     assert_contains(&a.body, "{\"index\":0,\"id\":\"k1\",\"status\":\"produced\"}");
     assert_contains(&a.body, "{\"index\":1,\"id\":\"k2\",\"status\":\"forbidden\"");
     assert_contains(&a.body, "{\"index\":2,\"status\":\"quarantined\",\"reason\":\"");

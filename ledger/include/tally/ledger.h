@@ -222,12 +222,24 @@ TALLY_MUST_CHECK tally_err tally_ledger_data_version(tally_ledger *l, int64_t *o
 /* Reads a real table: TALLY_OK when the ledger answers. Errors: TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_ledger_ping(tally_ledger *l);
 
+/* An API key's role (SPEC section 7, schemas/007_key_roles.sql). */
+typedef enum tally_key_role {
+    TALLY_KEY_ACCOUNT = 0, /* one account's data; never sends usage */
+    TALLY_KEY_INGEST,      /* sends usage under its source prefixes, nothing else */
+    TALLY_KEY_ADMIN,       /* everything */
+} tally_key_role;
+
+#define TALLY_KEY_SOURCES_MAX 16 /* source prefixes of one ingest key */
+
 /* An API key's row: only the SHA-256 of the key is stored. */
 typedef struct tally_key_row {
     int64_t id;
     unsigned char hash[32];
-    char account[TALLY_NAME_MAX]; /* "" for admin keys */
-    bool admin;
+    tally_key_role role;
+    bool admin;                                        /* role == TALLY_KEY_ADMIN */
+    char account[TALLY_NAME_MAX];                      /* "" unless role is TALLY_KEY_ACCOUNT */
+    char sources[TALLY_KEY_SOURCES_MAX][TALLY_ID_MAX]; /* ingest keys: the prefixes, sorted */
+    size_t n_sources;
     int64_t created_s, revoked_s; /* revoked_s 0: active */
 } tally_key_row;
 
@@ -238,10 +250,14 @@ typedef tally_err (*tally_key_fn)(void *ctx, const tally_key_row *k);
 TALLY_MUST_CHECK tally_err tally_ledger_keys(tally_ledger *l, bool active_only, tally_key_fn fn,
                                              void *ctx);
 
-/* Stores a key's hash: an admin key (account NULL) or one account's.
- * Errors: TALLY_INVAL, TALLY_DB. */
+/* Stores a key's hash with its role: an account key (account not NULL, no
+ * sources), an ingest key (account NULL, 1..TALLY_KEY_SOURCES_MAX non-empty
+ * prefixes of at most TALLY_ID_MAX - 1 bytes; repeats are stored once) or an
+ * admin key (account NULL, no sources). sources are borrowed.
+ * Errors: TALLY_INVAL (another combination), TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_ledger_key_insert(tally_ledger *l, const unsigned char hash[32],
-                                                   const char *account, bool admin,
+                                                   tally_key_role role, const char *account,
+                                                   const char *const *sources, size_t n_sources,
                                                    int64_t created_s, int64_t *id_out);
 
 /* Marks key id revoked at now_s. Errors: TALLY_NOT_FOUND, TALLY_EXISTS

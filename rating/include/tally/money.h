@@ -27,6 +27,14 @@ typedef struct tally_currency {
  * or NULL if Tally does not know it. The result is static. */
 const tally_currency *tally_currency_find(const char *code);
 
+/* SPEC section 4: a credit grant is at most 1,000,000,000.00 in major units,
+ * so that no sum of grants, balances or postings that the ledger keeps in
+ * int64 minor units comes near overflow. */
+#define TALLY_GRANT_MAX_MAJOR 1000000000LL
+
+/* TALLY_GRANT_MAX_MAJOR in c's minor units (10^9 x 10^minor_digits). */
+int64_t tally_grant_max_minor(const tally_currency *c);
+
 /* Parses a decimal string of exactly len bytes ("12", "0.5", "1.900000001")
  * into nano units. Accepts digits with at most one '.', at most 9 fractional
  * digits, and a leading '-' only when allow_negative. Rejects whitespace,

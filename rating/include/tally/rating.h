@@ -192,6 +192,14 @@ const char *tally_meter_unit(tally_meter m);
 const char *tally_meter_price_unit(tally_meter m);
 int64_t tally_meter_unit_divisor(tally_meter m);
 
+/* The highest price per price unit that a rate card or spot point may carry
+ * for meter m in a currency with minor_digits digits, in nano units: 10^7
+ * minor units per card-hour, 10^3 per GB-day and per GB, 10^5 per million
+ * tokens, whatever the currency. So a month of maximal in-range usage on
+ * every meter rates to less than INT64_MAX minor units (SPEC section 3: a
+ * larger product would be an overflow error). 0 for an unknown meter. */
+int64_t tally_price_max_nano(tally_meter m, int minor_digits);
+
 /* One grant paying part of one line. */
 typedef struct tally_credit_use {
     int64_t grant_id;

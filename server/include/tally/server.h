@@ -41,17 +41,24 @@
  * produced / failed (with --brokers: produced to the topic keyed by account
  * once the broker acknowledged it; any failure makes the answer 503 and the
  * client retries, which dedupe by (source, id) makes safe). Elements that do
- * not decode are quarantined with their reason in both modes. An account key
- * may only send events for its own account: other subjects are answered
- * "forbidden" per event and are neither stored, produced nor quarantined.
+ * not decode are quarantined with their reason in both modes.
+ *
+ * Who may send events: admin keys, and ingest keys for events whose source
+ * starts with one of the key's prefixes (any subject). An ingest key's event
+ * under another source is answered "forbidden" per event (reason
+ * "source_not_allowed") and is neither stored, produced nor quarantined; the
+ * rest of the request goes on. An account key never sends usage: POST
+ * /v1/events with one is 403 and nothing of the request is stored, so no
+ * tenant can pre-empt a host's (source, id).
  *
  * Keys and tenants: an account key sees only its own account; a path naming
  * another account, or an invoice id of another account, is answered exactly the 404
  * of something that does not exist. Admin keys see every account. Credits and
  * spot prices need an admin key (403 for account keys, 401 without a key).
+ * An ingest key may only POST /v1/events (403 elsewhere).
  *
  * Status codes: 400 malformed input, 401 missing/malformed/unknown/revoked
- * key (with WWW-Authenticate), 403 admin route with an account key, 404
+ * key (with WWW-Authenticate), 403 a route the key's role may not use, 404
  * unknown route or hidden/missing resource, 405 wrong method (with Allow),
  * 409 conflicting state (currency mismatch, SKU without spot pricing), 413
  * body over 1 MiB or more than 1,000 events, 503 ledger busy or Kafka
@@ -151,14 +158,30 @@ void tally_server_handle(tally_server *s, const tally_http_request *req, tally_h
 TALLY_MUST_CHECK tally_err tally_apikey_create(tally_ledger *l, const char *account, bool admin,
                                                char *key, size_t cap, int64_t *id_out);
 
+/* Creates an ingest key: it may send events whose source starts with one of
+ * sources[0..n) (1..TALLY_KEY_SOURCES_MAX prefixes of 1..127 bytes without
+ * control characters; borrowed) and nothing else. Otherwise as
+ * tally_apikey_create. Errors: TALLY_INVAL (no, too many or bad prefixes),
+ * TALLY_CRYPTO, TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_apikey_create_ingest(tally_ledger *l, const char *const *sources,
+                                                      size_t n, char *key, size_t cap,
+                                                      int64_t *id_out);
+
+/* Whether an event's source is one that an ingest key with these prefixes
+ * may send: it starts with one of them. */
+bool tally_apikey_source_allowed(const char (*sources)[TALLY_ID_MAX], size_t n, const char *source);
+
 /* Revokes a key. Revoking a revoked key is TALLY_EXISTS.
  * Errors: TALLY_NOT_FOUND, TALLY_EXISTS, TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_apikey_revoke(tally_ledger *l, int64_t id);
 
 typedef struct tally_apikey_info {
     int64_t id;
-    char account[TALLY_NAME_MAX]; /* "" for admin keys */
-    bool admin;
+    tally_key_role role;
+    char account[TALLY_NAME_MAX];                      /* "" unless role is TALLY_KEY_ACCOUNT */
+    bool admin;                                        /* role == TALLY_KEY_ADMIN */
+    char sources[TALLY_KEY_SOURCES_MAX][TALLY_ID_MAX]; /* ingest keys' prefixes */
+    size_t n_sources;
     int64_t created_s;
     int64_t revoked_s; /* 0: active */
 } tally_apikey_info;
