@@ -5,13 +5,6 @@
 
 #include "ledger_int.h"
 
-static tally_err finish(tally_ledger *l, sqlite3_stmt *st, int rc)
-{
-    tally_err e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
-}
-
 tally_err tally_ledger_data_version(tally_ledger *l, int64_t *out)
 {
     sqlite3_stmt *st;
@@ -23,7 +16,7 @@ tally_err tally_ledger_data_version(tally_ledger *l, int64_t *out)
         *out = sqlite3_column_int64(st, 0);
         rc = SQLITE_DONE;
     }
-    return finish(l, st, rc);
+    return ledger_finish(l, st, rc);
 }
 
 static const char *const role_names[] = {
@@ -93,7 +86,7 @@ tally_err tally_ledger_keys(tally_ledger *l, bool active_only, tally_key_fn fn, 
         sqlite3_finalize(st);
         return e;
     }
-    return finish(l, st, rc);
+    return ledger_finish(l, st, rc);
 }
 
 static bool key_shape_ok(tally_key_role role, const char *account, const char *const *sources,
@@ -150,7 +143,7 @@ tally_err tally_ledger_key_insert(tally_ledger *l, const unsigned char hash[32],
         if (account)
             sqlite3_bind_text(st, 3, account, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, created_s);
-        e = finish(l, st, sqlite3_step(st));
+        e = ledger_finish(l, st, sqlite3_step(st));
     }
     int64_t id = e ? 0 : sqlite3_last_insert_rowid(l->db);
     if (!e)
@@ -175,7 +168,7 @@ tally_err tally_ledger_key_revoke(tally_ledger *l, int64_t id, int64_t now_s)
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
     bool found = rc == SQLITE_ROW, revoked = found && sqlite3_column_int(st, 0) == 1;
-    e = finish(l, st, found ? SQLITE_DONE : rc);
+    e = ledger_finish(l, st, found ? SQLITE_DONE : rc);
     if (e)
         return e;
     if (!found)
@@ -188,7 +181,7 @@ tally_err tally_ledger_key_revoke(tally_ledger *l, int64_t id, int64_t now_s)
         return e;
     sqlite3_bind_int64(st, 1, now_s);
     sqlite3_bind_int64(st, 2, id);
-    return finish(l, st, sqlite3_step(st));
+    return ledger_finish(l, st, sqlite3_step(st));
 }
 
 tally_err tally_ledger_ping(tally_ledger *l)
@@ -199,5 +192,8 @@ tally_err tally_ledger_ping(tally_ledger *l)
     if (e)
         return e;
     int rc = sqlite3_step(st);
-    return finish(l, st, rc == SQLITE_ROW ? SQLITE_DONE : rc == SQLITE_DONE ? SQLITE_CORRUPT : rc);
+    return ledger_finish(l, st,
+                         rc == SQLITE_ROW    ? SQLITE_DONE
+                         : rc == SQLITE_DONE ? SQLITE_CORRUPT
+                                             : rc);
 }

@@ -47,6 +47,13 @@ tally_err ledger_sqlite_err(tally_ledger *l, int rc)
     }
 }
 
+tally_err ledger_finish(tally_ledger *l, sqlite3_stmt *st, int rc)
+{
+    tally_err e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
+    sqlite3_finalize(st);
+    return e;
+}
+
 tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st)
 {
     int rc = sqlite3_prepare_v3(l->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL);

@@ -45,6 +45,10 @@ tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, size_t *n)
 
 /* Prepares sql; on failure records the message in l->errmsg. */
 tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st);
+
+/* Finalizes st after its last step returned rc: TALLY_OK for SQLITE_DONE,
+ * else the mapped error (recorded as l->errmsg). */
+tally_err ledger_finish(tally_ledger *l, sqlite3_stmt *st, int rc);
 /* Records sqlite's current error as l->errmsg and maps rc to a tally_err
  * (SQLITE_FULL / SQLITE_IOERR -> TALLY_IO, SQLITE_BUSY -> TALLY_BUSY, else
  * TALLY_DB). */

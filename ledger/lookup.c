@@ -6,13 +6,6 @@
 #include "ledger_int.h"
 #include "tally/ledger_sql.h"
 
-static tally_err finish(tally_ledger *l, sqlite3_stmt *st, int rc)
-{
-    tally_err e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
-}
-
 tally_err tally_ledger_invoice_owner(tally_ledger *l, const char *id, char owner[TALLY_NAME_MAX])
 {
     owner[0] = '\0';
@@ -27,7 +20,7 @@ tally_err tally_ledger_invoice_owner(tally_ledger *l, const char *id, char owner
         snprintf(owner, TALLY_NAME_MAX, "%s", a ? (const char *)a : "");
         rc = SQLITE_DONE;
     }
-    return finish(l, st, rc);
+    return ledger_finish(l, st, rc);
 }
 
 tally_err tally_ledger_quarantine_counts(tally_ledger *l, int64_t after_id,
@@ -51,7 +44,7 @@ tally_err tally_ledger_quarantine_counts(tally_ledger *l, int64_t after_id,
         sqlite3_finalize(st);
         return e;
     }
-    return finish(l, st, rc);
+    return ledger_finish(l, st, rc);
 }
 
 tally_err tally_ledger_quarantine_reason(tally_ledger *l, const char *origin, char *reason,
@@ -69,7 +62,7 @@ tally_err tally_ledger_quarantine_reason(tally_ledger *l, const char *origin, ch
         snprintf(reason, cap, "%s", r ? (const char *)r : "");
         rc = SQLITE_DONE;
     }
-    e = finish(l, st, rc);
+    e = ledger_finish(l, st, rc);
     return e ? e : found ? TALLY_OK : TALLY_NOT_FOUND;
 }
 
@@ -98,7 +91,7 @@ tally_err tally_ledger_quarantine_each(tally_ledger *l, const char *origin_prefi
         sqlite3_finalize(st);
         return e;
     }
-    return finish(l, st, rc);
+    return ledger_finish(l, st, rc);
 }
 
 tally_err tally_ledger_read_begin(tally_ledger *l)
