@@ -395,7 +395,7 @@ static tally_err check_grant(tally_ledger *l, const tally_grant_spec *g, char *w
     return e;
 }
 
-static tally_err insert_grant(tally_ledger *l, const tally_grant_spec *g, const char *currency,
+tally_err ledger_grant_insert(tally_ledger *l, const tally_grant_spec *g, const char *currency,
                               int64_t *id)
 {
     sqlite3_stmt *st;
@@ -452,7 +452,7 @@ tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g, int
     if (e == TALLY_OK && g->currency && strcmp(g->currency, a.currency) != 0)
         e = failf(l, TALLY_CURRENCY_MISMATCH, "the account's currency is %s", a.currency);
     if (e == TALLY_OK)
-        e = insert_grant(l, g, a.currency, &id);
+        e = ledger_grant_insert(l, g, a.currency, &id);
     if (e == TALLY_OK)
         e = post_grant(l, g, a.currency, id);
     e = finish(l, e);

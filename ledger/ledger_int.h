@@ -410,6 +410,14 @@ int64_t shard_now_ms(void);
 
 #define INV_ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
 
+/* ---- config.c ---------------------------------------------------------------- */
+
+/* Inserts the grants row of g (already checked) in the caller's transaction
+ * and returns its id; posting it is the caller's. The invoice engine issues
+ * `adjustment` credits through it (SPEC section 4). Errors: TALLY_DB. */
+tally_err ledger_grant_insert(tally_ledger *l, const tally_grant_spec *g, const char *currency,
+                              int64_t *id);
+
 /* ---- invoice_gather.c: one account's rating input --------------------------- */
 
 /* What a run reads once (rate cards, spot points) and the statements it
@@ -496,6 +504,10 @@ typedef struct inv_doc {
     const tally_credit_use *credits; /* line_index refers to lines */
     size_t n_credits;
     int64_t subtotal_minor, total_credits_minor, amount_due_minor;
+    /* An `adjustment` credit the invoice issues (credit notes: takes back,
+     * negative); amount_due = subtotal - total_credits + credit_issued. 0:
+     * none, and the document has no credit_issued. grant id 0 in drafts. */
+    int64_t credit_issued_minor, credit_grant_id;
     const char *refers_to; /* credit notes */
     const char *reason;    /* credit notes */
     const char *prev_hash; /* "" for drafts */
