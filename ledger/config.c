@@ -299,7 +299,7 @@ tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku, int64_t price_
     if (e == TALLY_OK)
         e = ledger_prepare(l,
                            "INSERT INTO spot_prices(sku, from_s, price_nano, origin, "
-                           "created_at) VALUES (?1, ?2, ?3, 'runtime', ?4)",
+                           "created_at, entered_at) VALUES (?1, ?2, ?3, 'runtime', ?4, ?4)",
                            &st);
     if (e != TALLY_OK)
         return e;

@@ -23,6 +23,7 @@ struct tally_ledger {
      * (ledger_cards() checks a cheap counter). Sorted by effective_from. */
     tally_card *cards;
     const tally_ratecard **card_ptrs;
+    int64_t *card_entered_s; /* when each card was entered (migration 9) */
     size_t n_cards;
     int64_t cards_version;
     sqlite3_stmt *st_cards_version; /* prepared on first use */
@@ -38,9 +39,11 @@ tally_err ledger_cards(tally_ledger *l, const tally_ratecard *const **cards, siz
 /* Drops the cached cards (the next ledger_cards() reloads them). */
 void ledger_cards_clear(tally_ledger *l);
 
-/* All spot points (rate cards' and runtime), any order; *out allocated.
+/* All spot points (rate cards' and runtime), in the order they were stored;
+ * *out and *entered_s (when each was entered) allocated.
  * Errors: TALLY_DB, TALLY_NOMEM. */
-tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, size_t *n);
+tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, int64_t **entered_s,
+                             size_t *n);
 
 /* Prepares sql; on failure records the message in l->errmsg. */
 tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st);
@@ -427,6 +430,11 @@ typedef struct inv_gatherer inv_gatherer;
 /* Errors: TALLY_DB, TALLY_PARSE (a stored card), TALLY_NOMEM. */
 tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out);
 void inv_gatherer_destroy(inv_gatherer *g);
+
+/* Bitemporal prices (SPEC section 2): later inv_gather() calls rate with the
+ * rate cards and spot points entered at or before as_of_s; INT64_MAX (the
+ * gatherer's default) uses all of them. */
+void inv_gather_as_of(inv_gatherer *g, int64_t as_of_s);
 
 /* The prepared queries a gatherer holds (texts in invoice_gather.c). */
 typedef enum inv_query {

@@ -210,6 +210,66 @@ static void test_gap_closing_event(void **state)
     fx_close(&f);
 }
 
+/* The fixture card with h100 on demand at 3.00, in force from March 15. */
+static void load_card_b(fx *f)
+{
+    const tally_embedded *card = tally_embedded_find("fixtures/pricebook/ratecard.json");
+    assert_non_null(card);
+    char *body = malloc(card->len + 1);
+    assert_non_null(body);
+    memcpy(body, card->data, card->len);
+    body[card->len] = '\0';
+    char *id = strstr(body, "pricebook-2026-01"), *from = strstr(body, "2026-01-01T00:00:00Z");
+    char *h100 = strstr(body, "\"on_demand\": \"2.58\"");
+    assert_true(id && from && h100);
+    memcpy(id, "pricebook-2026-03", 17);
+    memcpy(from, "2026-03-15", 10);
+    memcpy(h100 + 14, "3.00", 4);
+    char why[256] = "";
+    if (tally_ledger_ratecard_load(f->l, body, card->len, why, sizeof why) != TALLY_OK)
+        fail_msg("card b: %s", why);
+    free(body);
+}
+
+/* A back-dated spot price for a finalized March, then a late event for
+ * March: March is re-rated with the prices as they stood when it was
+ * finalized, so the adjustment is only the late usage. */
+static void test_backdated_spot(void **state)
+{
+    (void)state;
+    fx f;
+    seen v;
+    fx_open(&f, "late-spot", "2026-04-01T01:00:00Z");
+    accel(&f, "acme", at("2026-03-10T10:00:00Z"), "rtx4090", "spot", 3600);
+    run_ok(&f, "2026-03", true, &v);
+    assert_int_equal(v.s[0].amount_due_minor, 50);
+    clock_at(&f, at("2026-04-02T00:00:00Z"));
+    assert_int_equal(tally_ledger_spot_set(f.l, "rtx4090", 260000000, at("2026-03-01T00:00:00Z")),
+                     TALLY_OK);
+    clock_at(&f, at("2026-04-03T00:00:00Z"));
+    accel(&f, "acme", at("2026-03-20T10:00:00Z"), "h100", "on_demand", 3600);
+    accel(&f, "acme", at("2026-04-02T10:00:00Z"), "rtx4090", "spot", 3600);
+    run_ok(&f, "2026-04", true, &v);
+    /* 2.58 for March's late h100 hour; April's spot hour at the new 0.26. */
+    assert_int_equal(v.s[0].subtotal_minor, 258 + 26);
+    assert_int_equal(count(&f, "SELECT count(*) FROM invoice_lines WHERE kind = 'adjustment' "
+                               "AND sku = 'rtx4090'"),
+                     0);
+    /* A rate card back-dated to March 15 (h100 at 3.00), then a late March
+     * hour: billed at March's 2.58, while May's hour costs 3.00. */
+    clock_at(&f, at("2026-04-04T00:00:00Z"));
+    load_card_b(&f);
+    clock_at(&f, at("2026-06-01T00:00:00Z"));
+    accel(&f, "acme", at("2026-03-25T10:00:00Z"), "h100", "on_demand", 3600);
+    accel(&f, "acme", at("2026-05-02T10:00:00Z"), "h100", "on_demand", 3600);
+    run_ok(&f, "2026-05", true, &v);
+    assert_int_equal(v.s[0].subtotal_minor, 300 + 258);
+    assert_int_equal(count(&f, "SELECT count(*) FROM invoice_lines WHERE kind = 'adjustment' "
+                               "AND unit_price_nano = 3000000000"),
+                     0);
+    fx_close(&f);
+}
+
 /* ---- The property test ---------------------------------------------------------- */
 
 static uint64_t rng_next(uint64_t *s)
@@ -357,6 +417,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gap_closing_event),
+        cmocka_unit_test(test_backdated_spot),
         cmocka_unit_test(test_property),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
