@@ -313,14 +313,16 @@ static int64_t p_month_start(int m)
     return start;
 }
 
-/* A usage event of a short or long run at a random time of month m. */
+/* A usage event of month m: mostly short runs crowded into a few minutes of
+ * one morning, so that late events join runs and dissolve their minimum
+ * top-ups; sometimes an hour-long run. */
 static void p_usage(fx *f, uint64_t *s, int m)
 {
-    static const char *const skus[] = {"h100", "rtx4090", "rtx4090", "tpu-v5e"};
+    static const char *const skus[] = {"h100", "h100", "rtx4090", "tpu-v5e"};
     const char *sku = skus[rnd(s, 4)];
     const char *pricing = strcmp(sku, "h100") == 0 || rnd(s, 3) == 0 ? "on_demand" : "spot";
-    int64_t t = p_month_start(m) + rnd(s, 27) * 86400 + 36000 + rnd(s, 600);
-    int seconds = (int)(rnd(s, 4) == 0 ? 1 + rnd(s, 3600) : 1 + rnd(s, 90));
+    int64_t t = p_month_start(m) + 36000 + rnd(s, 6) * 45;
+    int seconds = (int)(rnd(s, 8) == 0 ? 1 + rnd(s, 3600) : 1 + rnd(s, 20));
     accel(f, p_accounts[rnd(s, 2)], t, sku, pricing, seconds);
 }
 
@@ -380,9 +382,9 @@ static void p_finalize(fx *f, int m, uint64_t seed)
 static void p_month(fx *f, uint64_t *s, int m, uint64_t seed)
 {
     clock_at(f, p_month_start(m + 1) + 3600);
-    for (int i = 0; i < 6; i++)
+    for (int64_t i = rnd(s, 3) ? 0 : 1 + rnd(s, 4); i > 0; i--)
         p_usage(f, s, m);
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 10; i++) {
         clock_at(f, f->now_s + 61);
         int64_t what = rnd(s, 10);
         if (what < 5 && m > 0)
@@ -402,13 +404,20 @@ static void test_property(void **state)
 {
     (void)state;
     uint64_t seed = env_u64("TALLY_PROPERTY_SEED", 20260401);
-    uint64_t rounds = env_u64("TALLY_PROPERTY_ROUNDS", 3);
+    uint64_t rounds = env_u64("TALLY_PROPERTY_ROUNDS", 12);
     for (uint64_t r = 0; r < rounds; r++) {
         uint64_t s = (seed + r) * 0x9E3779B97F4A7C15ull | 1;
         fx f;
         fx_open(&f, "late-prop", "2026-01-01T01:00:00Z");
         for (int m = 0; m < P_MONTHS; m++)
             p_month(&f, &s, m, seed + r);
+        print_message("seed %" PRIu64 ": %" PRId64 " invoices, %" PRId64 " credit notes, %" PRId64
+                      " adjustment credits, %" PRId64 " spot points\n",
+                      seed + r,
+                      count(&f, "SELECT count(*) FROM invoices WHERE doc_type = 'invoice'"),
+                      count(&f, "SELECT count(*) FROM invoices WHERE doc_type = 'credit_note'"),
+                      count(&f, "SELECT count(*) FROM grants WHERE kind = 'adjustment'"),
+                      count(&f, "SELECT count(*) FROM spot_prices"));
         fx_close(&f);
     }
 }
