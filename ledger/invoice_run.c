@@ -312,6 +312,7 @@ static tally_err run_account(run *r, const tally_account *a)
         s.subtotal_minor = res.subtotal_minor;
         s.credits_minor = res.total_credits_minor;
         s.amount_due_minor = res.amount_due_minor;
+        s.credit_issued_minor = res.credit_issued_minor;
         e = r->o->finalize ? finalize(r, a, &res, usage_seq, &s) : save_draft(r, a, &res, &s);
     }
     tally_rating_result_release(&res);

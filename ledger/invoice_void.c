@@ -325,6 +325,7 @@ tally_err tally_invoice_void(tally_ledger *l, const char *id, const char *reason
     if (e)
         return TALLY_CRYPTO;
     voided v = {0};
+    l->errmsg[0] = '\0'; /* a refusal below says why here */
     e = ledger_begin(l);
     if (e)
         return e;

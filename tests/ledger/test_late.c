@@ -140,6 +140,22 @@ static int64_t count(fx *f, const char *sql)
     return n;
 }
 
+/* Document id in format fmt holds text. */
+static void shown_has(fx *f, const char *id, tally_doc_format fmt, const char *text)
+{
+    tally_buf raw;
+    tally_buf_init(&raw, 0);
+    assert_int_equal(tally_invoice_show(f->l, id, fmt, &raw), TALLY_OK);
+    if (!strstr(raw.data, text))
+        fail_msg("%s lacks %s: %s", id, text, raw.data);
+    tally_buf_release(&raw);
+}
+
+static void doc_has(fx *f, const char *id, const char *text)
+{
+    shown_has(f, id, TALLY_FORMAT_JSON, text);
+}
+
 static void no_negative_due(fx *f)
 {
     assert_int_equal(count(f, "SELECT count(*) FROM invoices WHERE doc_type = 'invoice' "
@@ -163,7 +179,13 @@ static void test_gap_closing_event(void **state)
     clock_at(&f, at("2026-05-01T01:00:00Z"));
     accel(&f, "acme", at("2026-03-10T10:00:20Z"), "h100", "on_demand", 40);
     accel(&f, "acme", at("2026-03-10T10:01:00Z"), "h100", "on_demand", 30);
+    run_ok(&f, "2026-04", false, &v); /* a draft shows the credit it would issue */
+    doc_has(&f, "draft:acme:2026-04",
+            "\"credit_issued\":{\"grant_id\":null,\"kind\":\"adjustment\"");
+    doc_has(&f, "draft:acme:2026-04", "\"amount_due\":\"0.00\"");
     run_ok(&f, "2026-04", true, &v);
+    doc_has(&f, "INV-2026-000002", "\"credit_issued\":{\"grant_id\":1,\"kind\":\"adjustment\"");
+    shown_has(&f, "INV-2026-000002", TALLY_FORMAT_HTML, "Adjustment credit issued");
     assert_int_equal(v.n, 1);
     assert_true(v.s[0].subtotal_minor < 0);
     assert_int_equal(v.s[0].amount_due_minor, 0);
@@ -194,6 +216,7 @@ static void test_gap_closing_event(void **state)
                      TALLY_OK);
     assert_int_equal(tally_invoice_void(f.l, "INV-2026-000002", "test", f.key, cn, sizeof cn),
                      TALLY_OK);
+    doc_has(&f, cn, "\"credit_issued\":{\"grant_id\":1,\"kind\":\"adjustment\",\"amount\":\"-0.");
     verify_ok(&f);
     clock_at(&f, at("2026-06-01T03:00:00Z"));
     run_ok(&f, "2026-04", true, &v);
