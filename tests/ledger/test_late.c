@@ -398,6 +398,9 @@ static void p_finalize(fx *f, int m, uint64_t seed)
     if (count(f, "SELECT count(*) FROM invoices WHERE doc_type = 'invoice' AND "
                  "amount_due_minor < 0") != 0)
         fail_msg("seed %" PRIu64 ", after finalizing %s: a negative amount due", seed, p);
+    if (count(f, "SELECT count(*) FROM balances WHERE ledger_acct LIKE 'grant:%' AND "
+                 "credit_minor < debit_minor") != 0)
+        fail_msg("seed %" PRIu64 ", after finalizing %s: a grant spent more than it held", seed, p);
 }
 
 /* One month: usage, then at the start of the next month late events, price
