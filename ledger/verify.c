@@ -14,8 +14,9 @@
  *   6. each stored document: re-hashes to its hash, carries the hash,
  *      prev_hash and signature of its row, links to the previous document's
  *      hash, has a valid signature, and adds up (lines to subtotal, credits to
- *      total_credits, subtotal - credits to amount_due) with the same totals
- *      as its row;
+ *      total_credits, subtotal - credits + credit_issued to amount_due, never
+ *      negative on an invoice) with the same totals as its row; an issued
+ *      adjustment credit is a grant of the account of that kind and amount;
  *   7. the invoice_lines and invoice_credits rows agree with the totals.
  * Everything is read in one read transaction, so a concurrent writer cannot
  * make a consistent ledger look inconsistent. */
