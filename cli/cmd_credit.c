@@ -19,7 +19,7 @@ static int check_args(cli_ctx *ctx, const grant_args *a, tally_grant_spec *g)
     if (!a->kind)
         return cli_error(ctx, CLI_USAGE,
                          "--kind is required (trial, coupon, prepaid, "
-                         "insurance, goodwill)");
+                         "insurance, goodwill, adjustment)");
     if (tally_grant_kind_from_name(a->kind, &g->kind) != TALLY_OK)
         return cli_error(ctx, CLI_USAGE, "unknown credit kind '%s'", a->kind);
     if (a->priority && (rc = cli_parse_int(ctx, "--priority", a->priority, 0, 1000000, &prio)))

@@ -91,14 +91,20 @@ static void clear_bar(run_view *v)
 static void on_invoice(void *ctx, const tally_invoice_summary *s)
 {
     run_view *v = ctx;
-    char sub[48], cr[48], due[48];
+    char sub[48], cr[48], due[48], issued[96] = "";
     if (tally_amount_format(s->subtotal_minor, s->minor_digits, sub, sizeof sub) ||
         tally_amount_format(s->credits_minor, s->minor_digits, cr, sizeof cr) ||
         tally_amount_format(s->amount_due_minor, s->minor_digits, due, sizeof due))
         snprintf(sub, sizeof sub, "?");
+    if (s->credit_issued_minor > 0) {
+        char amt[48];
+        if (tally_amount_format(s->credit_issued_minor, s->minor_digits, amt, sizeof amt))
+            snprintf(amt, sizeof amt, "?");
+        snprintf(issued, sizeof issued, "  (adjustment credit %s issued)", amt);
+    }
     clear_bar(v);
-    printf("%-16s %-18s subtotal %10s  credits %10s  due %10s %s%s\n", s->account, s->invoice_id,
-           sub, cr, due, s->currency, s->already_finalized ? "  (already finalized)" : "");
+    printf("%-16s %-18s subtotal %10s  credits %10s  due %10s %s%s%s\n", s->account, s->invoice_id,
+           sub, cr, due, s->currency, s->already_finalized ? "  (already finalized)" : "", issued);
     v->count++;
     v->finalized += s->finalized && !s->already_finalized;
     v->already += s->already_finalized;
@@ -178,7 +184,9 @@ static int lib_error(const cli_ctx *ctx, tally_ledger *l, tally_err e, const cha
         return cli_error_for(ctx, e, "no invoice, credit note or draft '%s'", id);
     case TALLY_INVAL:
         return cli_error_for(ctx, e, "invalid request for '%s'", id);
-    case TALLY_FINALIZED:
+    case TALLY_FINALIZED: /* the ledger says why when it is not the usual reason */
+        if (l && tally_ledger_errmsg(l)[0])
+            return cli_error_for(ctx, e, "%s", tally_ledger_errmsg(l));
         return cli_error_for(ctx, e, "%s is already void or is a credit note", id);
     case TALLY_CRYPTO:
         return cli_error_for(ctx, e, "signing key %s is missing or unusable", ctx->key_path);

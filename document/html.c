@@ -133,7 +133,7 @@ static void hw_money_neg(html_w *w, const char *s)
 typedef struct view {
     json_object *root, *lines, *applied;
     const char *id, *account, *currency, *status, *label, *start, *end, *tz, *issued;
-    const char *subtotal, *total_credits, *amount_due, *refers_to, *reason;
+    const char *subtotal, *total_credits, *credit_issued, *amount_due, *refers_to, *reason;
     const char *prev_hash, *hash, *signature;
     bool credit_note, finalized;
     char account_name[128];
@@ -192,6 +192,9 @@ static tally_err view_parse(view *v, const char *doc, size_t len)
     v->subtotal = jget(r, "subtotal");
     v->total_credits = jget(r, "total_credits");
     v->amount_due = jget(r, "amount_due");
+    json_object *issued = NULL; /* an adjustment credit issued (SPEC section 4) */
+    json_object_object_get_ex(r, "credit_issued", &issued);
+    v->credit_issued = jget(issued, "amount");
     v->refers_to = jget(r, "refers_to");
     v->reason = jget(r, "reason");
     v->prev_hash = jget(r, "prev_hash");
@@ -621,7 +624,7 @@ static void grant_lines(html_w *w, const view *v, int64_t grant)
 static const named grant_kinds[] = {
     {"trial", "Trial voucher"},      {"coupon", "Coupon"},
     {"prepaid", "Prepaid credit"},   {"insurance", "Training insurance"},
-    {"goodwill", "Goodwill credit"},
+    {"goodwill", "Goodwill credit"}, {"adjustment", "Adjustment credit"},
 };
 
 /* "2026-03-31 00:00 UTC" */
@@ -673,6 +676,12 @@ static void page_totals(html_w *w, const view *v)
     hw_money(w, v->subtotal);
     hw_raw(w, "</td></tr><tr><td>Credits</td><td class=\"r\">");
     hw_money_neg(w, v->total_credits);
+    if (v->credit_issued[0]) {
+        hw_raw(w, "</td></tr><tr><td>");
+        hw_raw(w, v->credit_note ? "Adjustment credit taken back" : "Adjustment credit issued");
+        hw_raw(w, "</td><td class=\"r\">");
+        hw_money(w, v->credit_issued);
+    }
     hw_raw(w, "</td></tr><tr class=\"grand\"><td>");
     hw_raw(w, v->credit_note ? "Total credited" : "Amount due");
     hw_raw(w, "</td><td class=\"r\">");

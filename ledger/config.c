@@ -315,7 +315,7 @@ tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku, int64_t price_
     if (e == TALLY_OK)
         e = ledger_prepare(l,
                            "INSERT INTO spot_prices(sku, from_s, price_nano, origin, "
-                           "created_at) VALUES (?1, ?2, ?3, 'runtime', ?4)",
+                           "created_at, entered_at) VALUES (?1, ?2, ?3, 'runtime', ?4, ?4)",
                            &st);
     if (e != TALLY_OK)
         return e;
@@ -427,7 +427,7 @@ static tally_err check_grant_max(tally_ledger *l, const tally_grant_spec *g, con
     return failf(l, TALLY_RANGE, "a grant is at most %s %s", text, cur->code);
 }
 
-static tally_err insert_grant(tally_ledger *l, const tally_grant_spec *g, const char *currency,
+tally_err ledger_grant_insert(tally_ledger *l, const tally_grant_spec *g, const char *currency,
                               int64_t *id)
 {
     sqlite3_stmt *st;
@@ -486,7 +486,7 @@ tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g, int
     if (e == TALLY_OK)
         e = check_grant_max(l, g, a.currency);
     if (e == TALLY_OK)
-        e = insert_grant(l, g, a.currency, &id);
+        e = ledger_grant_insert(l, g, a.currency, &id);
     if (e == TALLY_OK)
         e = post_grant(l, g, a.currency, id);
     e = finish(l, e);

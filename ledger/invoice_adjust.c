@@ -7,8 +7,11 @@
  * Usage rows around P (a day either side, so minimum runs are seen whole)
  * written after that are late. For such a P:
  *
- *   now    = P re-rated from the ledger as it is (same gather as a run, no
- *            grants: adjustment lines are paid by no credit);
+ *   now    = P re-rated from the ledger's usage as it is, with the prices as
+ *            they stood when P's invoice was finalized (rate cards and spot
+ *            points entered by its finalized_at: SPEC section 2, so a price
+ *            set back-dated into P never re-prices it), same gather as a
+ *            run, no grants: adjustment lines are paid by no credit;
  *   billed = P's own invoice lines (not its adjustments for other periods)
  *            plus adjustment lines naming P on later live invoices, each
  *            taken as the kind it adjusts;
@@ -130,6 +133,7 @@ typedef struct past {
     char period[8];
     char timezone[64]; /* as invoiced: the account's zone may have changed since */
     int64_t billed_to;
+    int64_t finalized_at_s; /* its invoice's: the prices it was rated with */
 } past;
 
 /* Re-rates the period of h over [start, end) and appends its differences to what was billed. */
@@ -139,7 +143,9 @@ static tally_err adjust_period(inv_gatherer *g, const tally_account *acct, const
 {
     const char *p = h->period;
     int64_t seq = h->seq;
+    inv_gather_as_of(g, h->finalized_at_s); /* the prices as they stood then */
     tally_err e = inv_gather(g, acct, start, end, false, scratch);
+    inv_gather_as_of(g, INT64_MAX);
     if (e)
         return e;
     tally_rating_result now = {0};
@@ -187,6 +193,7 @@ static tally_err load_history(inv_gatherer *g, const char *account, const char *
         inv_col_text(st, 1, h->period, sizeof h->period);
         inv_col_text(st, 2, h->timezone, sizeof h->timezone);
         h->billed_to = sqlite3_column_int64(st, 3);
+        h->finalized_at_s = sqlite3_column_int64(st, 4);
     }
     if (!e && rc != SQLITE_DONE)
         e = ledger_sqlite_err(inv_gatherer_ledger(g), rc);

@@ -28,7 +28,15 @@ struct inv_gatherer {
     const tally_ratecard *const *cards;
     size_t n_cards;
     tally_spot_point *spot;
+    int64_t *spot_entered_s;
     size_t n_spot;
+    /* The prices as they stood at as_of_s (inv_gather_as_of): the cards and
+     * spot points entered by then. INT64_MAX: all of them. */
+    int64_t as_of_s;
+    const tally_ratecard **cards_as_of;
+    size_t n_cards_as_of;
+    tally_spot_point *spot_as_of;
+    size_t n_spot_as_of;
     sqlite3_stmt *st[INV_Q_COUNT];
 };
 
@@ -63,15 +71,17 @@ static const char *const queries[INV_Q_COUNT] = {
                    "AND +i.doc_type = 'invoice' AND " LIVE_I " ORDER BY i.seq DESC LIMIT 1",
     /* Earlier live invoices: seq, period, the time zone the period was
      * invoiced in, and the usage_seq up to which it is billed (its own, or
-     * that of a later live invoice carrying adjustments for it). */
-    [INV_Q_HISTORY] = "SELECT i.seq, i.period, "
-                      "json_extract(CAST(i.doc AS TEXT), '$.period.timezone'), "
-                      "max(i.usage_seq, coalesce((SELECT max(j.usage_seq) FROM invoices j "
-                      "WHERE j.account = i.account AND +j.doc_type = 'invoice' AND j.seq > i.seq "
-                      "AND " LIVE_J " AND EXISTS (SELECT 1 FROM invoice_lines x "
-                      "WHERE x.invoice_seq = j.seq AND x.original_period = i.period)), 0)) "
-                      "FROM invoices i WHERE i.account = ?1 AND +i.doc_type = 'invoice' "
-                      "AND i.period < ?2 AND " LIVE_I " ORDER BY i.period",
+     * that of a later live invoice carrying adjustments for it), and when it
+     * was finalized (its prices are those entered by then). */
+    [INV_Q_HISTORY] =
+        "SELECT i.seq, i.period, "
+        "json_extract(CAST(i.doc AS TEXT), '$.period.timezone'), "
+        "max(i.usage_seq, coalesce((SELECT max(j.usage_seq) FROM invoices j "
+        "WHERE j.account = i.account AND +j.doc_type = 'invoice' AND j.seq > i.seq "
+        "AND " LIVE_J " AND EXISTS (SELECT 1 FROM invoice_lines x "
+        "WHERE x.invoice_seq = j.seq AND x.original_period = i.period)), 0)), "
+        "i.finalized_at FROM invoices i WHERE i.account = ?1 AND +i.doc_type = 'invoice' "
+        "AND i.period < ?2 AND " LIVE_I " ORDER BY i.period",
     /* Whether usage around [?2, ?3) was written after usage_seq ?4. */
     [INV_Q_LATE] = "SELECT EXISTS (SELECT 1 FROM usage_intervals WHERE account = ?1 "
                    "AND start_s > ?2 - 172800 AND start_s < ?3 + 86400 AND end_s > ?2 - 86400 "
@@ -116,7 +126,12 @@ tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out)
     if (!e)
         e = ledger_cards(l, &g->cards, &g->n_cards);
     if (!e)
-        e = ledger_spot_points(l, &g->spot, &g->n_spot);
+        e = ledger_spot_points(l, &g->spot, &g->spot_entered_s, &g->n_spot);
+    if (!e && !(g->cards_as_of = calloc(g->n_cards + 1, sizeof *g->cards_as_of)))
+        e = TALLY_NOMEM;
+    if (!e && !(g->spot_as_of = calloc(g->n_spot + 1, sizeof *g->spot_as_of)))
+        e = TALLY_NOMEM;
+    g->as_of_s = INT64_MAX;
     for (int i = 0; i < INV_Q_COUNT && !e; i++)
         e = ledger_prepare(l, queries[i], &g->st[i]);
     if (e) {
@@ -134,7 +149,27 @@ void inv_gatherer_destroy(inv_gatherer *g)
     for (int i = 0; i < INV_Q_COUNT; i++)
         sqlite3_finalize(g->st[i]);
     free(g->spot);
+    free(g->spot_entered_s);
+    free(g->cards_as_of);
+    free(g->spot_as_of);
     free(g);
+}
+
+/* Bitemporal prices (SPEC section 2): from now on inv_gather() rates with
+ * the rate cards and spot points entered at or before as_of_s (a price
+ * entered in the very second of a finalization counts as in force for it);
+ * INT64_MAX restores all of them. */
+void inv_gather_as_of(inv_gatherer *g, int64_t as_of_s)
+{
+    const int64_t *card_at = g->l->card_entered_s;
+    g->as_of_s = as_of_s;
+    g->n_cards_as_of = g->n_spot_as_of = 0;
+    for (size_t i = 0; i < g->n_cards; i++)
+        if (!card_at || card_at[i] <= as_of_s)
+            g->cards_as_of[g->n_cards_as_of++] = g->cards[i];
+    for (size_t i = 0; i < g->n_spot; i++)
+        if (g->spot_entered_s[i] <= as_of_s)
+            g->spot_as_of[g->n_spot_as_of++] = g->spot[i];
 }
 
 void inv_input_release(inv_input *x)
@@ -350,10 +385,10 @@ tally_err inv_gather(inv_gatherer *g, const tally_account *acct, int64_t start_s
         .minor_digits = ccy->minor_digits,
         .period_start_s = start_s,
         .period_end_s = end_s,
-        .cards = g->cards,
-        .n_cards = g->n_cards,
-        .spot = g->spot,
-        .n_spot = g->n_spot,
+        .cards = g->as_of_s == INT64_MAX ? g->cards : g->cards_as_of,
+        .n_cards = g->as_of_s == INT64_MAX ? g->n_cards : g->n_cards_as_of,
+        .spot = g->as_of_s == INT64_MAX ? g->spot : g->spot_as_of,
+        .n_spot = g->as_of_s == INT64_MAX ? g->n_spot : g->n_spot_as_of,
         .intervals = x->intervals,
         .n_intervals = x->n_intervals,
         .points = x->points,

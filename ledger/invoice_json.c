@@ -264,6 +264,23 @@ static void credits_applied(jw *w, const inv_doc *d)
     raw(w, "]");
 }
 
+/* credit_issued: the `adjustment` grant that what late adjustments owe the
+ * customer became (SPEC section 4); null grant_id in a draft. */
+static void credit_issued(jw *w, const inv_doc *d)
+{
+    key(w, "credit_issued");
+    raw(w, "{");
+    if (d->credit_grant_id)
+        integer(w, "grant_id", d->credit_grant_id);
+    else {
+        key(w, "grant_id");
+        raw(w, "null");
+    }
+    str(w, "kind", tally_grant_kind_name(TALLY_GRANT_ADJUSTMENT));
+    money(w, "amount", d->credit_issued_minor, d->minor_digits);
+    raw(w, "}");
+}
+
 static void body(jw *w, const inv_doc *d)
 {
     key(w, "lines");
@@ -274,6 +291,8 @@ static void body(jw *w, const inv_doc *d)
     money(w, "subtotal", d->subtotal_minor, d->minor_digits);
     credits_applied(w, d);
     money(w, "total_credits", d->total_credits_minor, d->minor_digits);
+    if (d->credit_issued_minor)
+        credit_issued(w, d);
     money(w, "amount_due", d->amount_due_minor, d->minor_digits);
     if (d->credit_note) {
         str(w, "refers_to", d->refers_to);

@@ -160,8 +160,26 @@ static void doc_from(run *r, const tally_account *a, const tally_rating_result *
         .subtotal_minor = res->subtotal_minor,
         .total_credits_minor = res->total_credits_minor,
         .amount_due_minor = res->amount_due_minor,
+        .credit_issued_minor = res->credit_issued_minor,
         .prev_hash = "",
     };
+}
+
+/* What late adjustments owe the customer becomes an `adjustment` grant: no
+ * expiry, no scope, in force from the start of the period that issued it,
+ * funded by this invoice's entry (inv_post_invoice). */
+static tally_err issue_credit(run *r, const tally_account *a, inv_doc *d)
+{
+    if (d->credit_issued_minor <= 0)
+        return TALLY_OK;
+    tally_grant_spec g = {.account = a->id,
+                          .kind = TALLY_GRANT_ADJUSTMENT,
+                          .amount_minor = d->credit_issued_minor,
+                          .priority = 50,
+                          .effective_s = d->period_start_s,
+                          .expires_s = TALLY_TIME_MAX,
+                          .scope = ""};
+    return ledger_grant_insert(r->l, &g, a->currency, &d->credit_grant_id);
 }
 
 static tally_err save_draft(run *r, const tally_account *a, const tally_rating_result *res,
@@ -226,6 +244,8 @@ static tally_err finalize(run *r, const tally_account *a, const tally_rating_res
         e = inv_next_number(r->l, "invoice", y, &d.number);
     if (!e)
         e = inv_last_hash(r->l, prev);
+    if (!e)
+        e = issue_credit(r, a, &d);
     if (e)
         return e;
     snprintf(s->invoice_id, sizeof s->invoice_id, "INV-%04d-%06lld", y, (long long)d.number);
@@ -292,6 +312,7 @@ static tally_err run_account(run *r, const tally_account *a)
         s.subtotal_minor = res.subtotal_minor;
         s.credits_minor = res.total_credits_minor;
         s.amount_due_minor = res.amount_due_minor;
+        s.credit_issued_minor = res.credit_issued_minor;
         e = r->o->finalize ? finalize(r, a, &res, usage_seq, &s) : save_draft(r, a, &res, &s);
     }
     tally_rating_result_release(&res);

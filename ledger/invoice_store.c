@@ -214,10 +214,11 @@ static tally_err add_posting(ledger_posting *p, size_t *n, size_t cap, const cha
 /* The invoice's entry: revenue:<meter> is credited with each meter's net
  * line amounts (insurance lines excluded; debited if negative), the waivers
  * are debited to insurance:waivers, each credit use is debited to
- * grant:<id>, and receivable:<account> takes the balance (= amount due). */
+ * grant:<id>, an issued adjustment credit is credited to its grant:<id>, and
+ * receivable:<account> takes the balance (= amount due). */
 tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d)
 {
-    size_t cap = TALLY_METER_COUNT + 2 + d->n_credits;
+    size_t cap = TALLY_METER_COUNT + 3 + d->n_credits;
     ledger_posting *p = calloc(cap, sizeof *p);
     if (!p)
         return TALLY_NOMEM;
@@ -237,6 +238,11 @@ tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d)
         e = tally_fmt(acct, sizeof acct, "grant:%lld", (long long)d->credits[c].grant_id);
         if (!e)
             e = add_posting(p, &n, cap, acct, d->credits[c].amount_minor);
+    }
+    if (!e && d->credit_issued_minor) { /* Cr grant:<id>: the customer's adjustment credit */
+        e = tally_fmt(acct, sizeof acct, "grant:%lld", (long long)d->credit_grant_id);
+        if (!e)
+            e = add_posting(p, &n, cap, acct, -d->credit_issued_minor);
     }
     if (!e)
         e = tally_fmt(acct, sizeof acct, "receivable:%s", d->account);

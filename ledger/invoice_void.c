@@ -32,7 +32,26 @@ typedef struct voided {
     size_t n_lines;
     tally_credit_use *credits;
     size_t n_credits;
+    int64_t credit_issued_minor, credit_grant_id; /* negated, as the credit note shows them */
 } voided;
+
+/* The adjustment credit the invoice issued, if any (its credit_issued). */
+static tally_err doc_credit_issued(json_object *root, voided *v)
+{
+    json_object *ci = NULL, *gid = NULL, *amt = NULL;
+    if (!json_object_object_get_ex(root, "credit_issued", &ci))
+        return TALLY_OK;
+    const tally_currency *c = tally_currency_find(v->currency);
+    const char *s =
+        json_object_object_get_ex(ci, "amount", &amt) ? json_object_get_string(amt) : NULL;
+    int64_t minor = 0;
+    if (!c || !s || !json_object_object_get_ex(ci, "grant_id", &gid) ||
+        tally_amount_parse(s, strlen(s), c->minor_digits, false, &minor, NULL) != TALLY_OK)
+        return TALLY_DB;
+    v->credit_issued_minor = -minor;
+    v->credit_grant_id = json_object_get_int64(gid);
+    return TALLY_OK;
+}
 
 /* The period as the invoice's document states it. */
 static tally_err doc_period(const void *doc, int len, voided *v)
@@ -52,7 +71,7 @@ static tally_err doc_period(const void *doc, int len, voided *v)
         snprintf(v->timezone, sizeof v->timezone, "%s", json_object_get_string(f[2]));
         if (tally_time_parse(s, strlen(s), &v->start_s) == TALLY_OK &&
             tally_time_parse(t, strlen(t), &v->end_s) == TALLY_OK)
-            e = TALLY_OK;
+            e = doc_credit_issued(root, v);
     }
     json_object_put(root);
     return e;
@@ -206,6 +225,36 @@ static tally_err reverse_entry(tally_ledger *l, const voided *v, const char *cn_
     return e;
 }
 
+/* An invoice that issued an adjustment credit can be voided only while the
+ * credit is unspent: its reversal takes the credit back whole, so a credit a
+ * later invoice used would be paid twice. Void the later invoices first. */
+static tally_err check_credit_unspent(tally_ledger *l, const voided *v)
+{
+    if (!v->credit_issued_minor)
+        return TALLY_OK;
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(l,
+                                 "SELECT coalesce((SELECT credit_minor - debit_minor FROM balances "
+                                 "WHERE ledger_acct = 'grant:' || ?1 AND currency = ?2), 0)",
+                                 &st);
+    if (e)
+        return e;
+    sqlite3_bind_int64(st, 1, v->credit_grant_id);
+    sqlite3_bind_text(st, 2, v->currency, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW)
+        e = ledger_sqlite_err(l, rc);
+    else if (sqlite3_column_int64(st, 0) < -v->credit_issued_minor) {
+        snprintf(l->errmsg, sizeof l->errmsg,
+                 "%s issued adjustment credit %lld, which later invoices have used; void them "
+                 "first",
+                 v->id, (long long)v->credit_grant_id);
+        e = TALLY_FINALIZED;
+    }
+    sqlite3_finalize(st);
+    return e;
+}
+
 /* Numbers, seals and stores the credit note; posts the reversal. */
 static tally_err issue(tally_ledger *l, const voided *v, const char *reason, const char *key_path,
                        char *cn_id, size_t cap)
@@ -230,6 +279,8 @@ static tally_err issue(tally_ledger *l, const voided *v, const char *reason, con
         .subtotal_minor = v->subtotal_minor,
         .total_credits_minor = v->credits_minor,
         .amount_due_minor = v->amount_due_minor,
+        .credit_issued_minor = v->credit_issued_minor,
+        .credit_grant_id = v->credit_grant_id,
         .refers_to = v->id,
         .reason = reason,
         .prev_hash = prev,
@@ -274,6 +325,7 @@ tally_err tally_invoice_void(tally_ledger *l, const char *id, const char *reason
     if (e)
         return TALLY_CRYPTO;
     voided v = {0};
+    l->errmsg[0] = '\0'; /* a refusal below says why here */
     e = ledger_begin(l);
     if (e)
         return e;
@@ -282,6 +334,8 @@ tally_err tally_invoice_void(tally_ledger *l, const char *id, const char *reason
         e = load_lines(l, &v);
     if (!e)
         e = load_credits(l, &v);
+    if (!e)
+        e = check_credit_unspent(l, &v);
     if (!e)
         e = issue(l, &v, reason, key_path, cn_id, cap);
     if (!e)

@@ -23,6 +23,7 @@ struct tally_ledger {
      * (ledger_cards() checks a cheap counter). Sorted by effective_from. */
     tally_card *cards;
     const tally_ratecard **card_ptrs;
+    int64_t *card_entered_s; /* when each card was entered (migration 9) */
     size_t n_cards;
     int64_t cards_version;
     sqlite3_stmt *st_cards_version; /* prepared on first use */
@@ -39,9 +40,11 @@ tally_err ledger_cards(tally_ledger *l, const tally_ratecard *const **cards, siz
 /* Drops the cached cards (the next ledger_cards() reloads them). */
 void ledger_cards_clear(tally_ledger *l);
 
-/* All spot points (rate cards' and runtime), any order; *out allocated.
+/* All spot points (rate cards' and runtime), in the order they were stored;
+ * *out and *entered_s (when each was entered) allocated.
  * Errors: TALLY_DB, TALLY_NOMEM. */
-tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, size_t *n);
+tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, int64_t **entered_s,
+                             size_t *n);
 
 /* Prepares sql; on failure records the message in l->errmsg. */
 tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st);
@@ -423,6 +426,14 @@ int64_t shard_now_ms(void);
 
 #define INV_ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
 
+/* ---- config.c ---------------------------------------------------------------- */
+
+/* Inserts the grants row of g (already checked) in the caller's transaction
+ * and returns its id; posting it is the caller's. The invoice engine issues
+ * `adjustment` credits through it (SPEC section 4). Errors: TALLY_DB. */
+tally_err ledger_grant_insert(tally_ledger *l, const tally_grant_spec *g, const char *currency,
+                              int64_t *id);
+
 /* ---- invoice_gather.c: one account's rating input --------------------------- */
 
 /* What a run reads once (rate cards, spot points) and the statements it
@@ -432,6 +443,11 @@ typedef struct inv_gatherer inv_gatherer;
 /* Errors: TALLY_DB, TALLY_PARSE (a stored card), TALLY_NOMEM. */
 tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out);
 void inv_gatherer_destroy(inv_gatherer *g);
+
+/* Bitemporal prices (SPEC section 2): later inv_gather() calls rate with the
+ * rate cards and spot points entered at or before as_of_s; INT64_MAX (the
+ * gatherer's default) uses all of them. */
+void inv_gather_as_of(inv_gatherer *g, int64_t as_of_s);
 
 /* The prepared queries a gatherer holds (texts in invoice_gather.c). */
 typedef enum inv_query {
@@ -509,6 +525,10 @@ typedef struct inv_doc {
     const tally_credit_use *credits; /* line_index refers to lines */
     size_t n_credits;
     int64_t subtotal_minor, total_credits_minor, amount_due_minor;
+    /* An `adjustment` credit the invoice issues (credit notes: takes back,
+     * negative); amount_due = subtotal - total_credits + credit_issued. 0:
+     * none, and the document has no credit_issued. grant id 0 in drafts. */
+    int64_t credit_issued_minor, credit_grant_id;
     const char *refers_to; /* credit notes */
     const char *reason;    /* credit notes */
     const char *prev_hash; /* "" for drafts */

@@ -15,8 +15,10 @@ void ledger_cards_clear(tally_ledger *l)
         tally_card_release(&l->cards[i]);
     free(l->cards);
     free(l->card_ptrs);
+    free(l->card_entered_s);
     l->cards = NULL;
     l->card_ptrs = NULL;
+    l->card_entered_s = NULL;
     l->n_cards = 0;
     l->cards_version = -1;
 }
@@ -41,17 +43,22 @@ static tally_err cards_version(tally_ledger *l, int64_t *v)
     return e;
 }
 
-static tally_err cards_append(tally_ledger *l, const char *body, size_t len, size_t *alloc)
+static tally_err cards_append(tally_ledger *l, const char *body, size_t len, int64_t entered_s,
+                              size_t *alloc)
 {
     char why[200];
     if (l->n_cards == *alloc) {
         size_t n = *alloc ? *alloc * 2 : 4;
         tally_card *grown = realloc(l->cards, n * sizeof *grown);
-        if (!grown)
+        if (grown)
+            l->cards = grown;
+        int64_t *at = grown ? realloc(l->card_entered_s, n * sizeof *at) : NULL;
+        if (!at)
             return TALLY_NOMEM;
-        l->cards = grown;
+        l->card_entered_s = at;
         *alloc = n;
     }
+    l->card_entered_s[l->n_cards] = entered_s;
     if (tally_card_parse(body, len, &l->cards[l->n_cards], why, sizeof why) != TALLY_OK) {
         snprintf(l->errmsg, sizeof l->errmsg, "a stored rate card no longer parses: %s", why);
         return TALLY_PARSE;
@@ -66,10 +73,12 @@ static tally_err cards_reload(tally_ledger *l)
     size_t alloc = 0;
     int rc;
     ledger_cards_clear(l);
-    tally_err e = ledger_prepare(l, "SELECT body FROM ratecards ORDER BY effective_from", &st);
+    tally_err e = ledger_prepare(
+        l, "SELECT body, coalesce(entered_at, loaded_at) FROM ratecards ORDER BY effective_from",
+        &st);
     while (e == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW)
         e = cards_append(l, (const char *)sqlite3_column_text(st, 0),
-                         (size_t)sqlite3_column_bytes(st, 0), &alloc);
+                         (size_t)sqlite3_column_bytes(st, 0), sqlite3_column_int64(st, 1), &alloc);
     if (e == TALLY_OK && rc != SQLITE_DONE)
         e = ledger_sqlite_err(l, rc);
     sqlite3_finalize(st);
@@ -129,7 +138,7 @@ static tally_err insert_card(tally_ledger *l, const tally_card *card, const char
     int64_t now = tally_now_s();
     tally_err e = ledger_prepare(l,
                                  "INSERT INTO ratecards(id, currency, effective_from, body, "
-                                 "loaded_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                                 "loaded_at, entered_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
                                  &st);
     if (e != TALLY_OK)
         return e;
@@ -143,8 +152,8 @@ static tally_err insert_card(tally_ledger *l, const tally_card *card, const char
     if (rc != SQLITE_DONE)
         return ledger_sqlite_err(l, rc);
     e = ledger_prepare(l,
-                       "INSERT INTO spot_prices(sku, from_s, price_nano, origin, created_at) "
-                       "VALUES (?1, ?2, ?3, ?4, ?5)",
+                       "INSERT INTO spot_prices(sku, from_s, price_nano, origin, created_at, "
+                       "entered_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
                        &st);
     for (size_t i = 0; e == TALLY_OK && i < card->n_spot; i++) {
         sqlite3_bind_text(st, 1, card->spot[i].sku, -1, SQLITE_STATIC);
@@ -190,39 +199,55 @@ tally_err tally_ledger_ratecard_load(tally_ledger *l, const char *json, size_t l
     return e;
 }
 
-tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, size_t *n)
+/* Room for one more spot point and its entry time. */
+static tally_err spot_grow(tally_spot_point **out, int64_t **entered_s, size_t n, size_t *alloc)
+{
+    if (n < *alloc)
+        return TALLY_OK;
+    size_t grow = *alloc ? *alloc * 2 : 16;
+    tally_spot_point *p = realloc(*out, grow * sizeof *p);
+    if (p)
+        *out = p;
+    int64_t *at = p ? realloc(*entered_s, grow * sizeof *at) : NULL;
+    if (!at)
+        return TALLY_NOMEM;
+    *entered_s = at;
+    *alloc = grow;
+    return TALLY_OK;
+}
+
+tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, int64_t **entered_s,
+                             size_t *n)
 {
     sqlite3_stmt *st;
     size_t alloc = 0;
     int rc;
     *out = NULL;
+    *entered_s = NULL;
     *n = 0;
     /* By id: at equal from_s the later row wins, so callers that sort stably
      * by (sku, from_s) keep the winner last. */
-    tally_err e =
-        ledger_prepare(l, "SELECT sku, from_s, price_nano FROM spot_prices ORDER BY id", &st);
+    tally_err e = ledger_prepare(l,
+                                 "SELECT sku, from_s, price_nano, coalesce(entered_at, created_at) "
+                                 "FROM spot_prices ORDER BY id",
+                                 &st);
     while (e == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == alloc) {
-            size_t grow = alloc ? alloc * 2 : 16;
-            tally_spot_point *p = realloc(*out, grow * sizeof *p);
-            if (!p) {
-                e = TALLY_NOMEM;
-                break;
-            }
-            *out = p;
-            alloc = grow;
-        }
-        tally_spot_point *sp = &(*out)[(*n)++];
+        if ((e = spot_grow(out, entered_s, *n, &alloc)) != TALLY_OK)
+            break;
+        tally_spot_point *sp = &(*out)[*n];
         snprintf(sp->sku, sizeof sp->sku, "%s", (const char *)sqlite3_column_text(st, 0));
         sp->from_s = sqlite3_column_int64(st, 1);
         sp->price_nano = sqlite3_column_int64(st, 2);
+        (*entered_s)[(*n)++] = sqlite3_column_int64(st, 3);
     }
     if (e == TALLY_OK && rc != SQLITE_DONE)
         e = ledger_sqlite_err(l, rc);
     sqlite3_finalize(st);
     if (e != TALLY_OK) {
         free(*out);
+        free(*entered_s);
         *out = NULL;
+        *entered_s = NULL;
         *n = 0;
     }
     return e;

@@ -164,19 +164,19 @@ static tally_err copy_cards(tally_shard *sh)
     tally_ledger *m = sh->set->main;
     sqlite3_stmt *get, *put;
     tally_err e = ledger_prepare(m,
-                                 "SELECT id, currency, effective_from, body, loaded_at "
-                                 "FROM ratecards ORDER BY effective_from",
+                                 "SELECT id, currency, effective_from, body, loaded_at, "
+                                 "entered_at FROM ratecards ORDER BY effective_from",
                                  &get);
     if (e)
         return e;
     e = ledger_prepare(sh->l,
                        "INSERT OR IGNORE INTO ratecards(id, currency, effective_from, "
-                       "body, loaded_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                       "body, loaded_at, entered_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                        &put);
     int rc;
     while (!e && (rc = sqlite3_step(get)) == SQLITE_ROW) {
         sqlite3_reset(put);
-        for (int c = 0; c < 5; c++)
+        for (int c = 0; c < 6; c++)
             sqlite3_bind_value(put, c + 1, sqlite3_column_value(get, c));
         int prc = sqlite3_step(put);
         if (prc != SQLITE_DONE)

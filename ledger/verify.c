@@ -14,8 +14,9 @@
  *   6. each stored document: re-hashes to its hash, carries the hash,
  *      prev_hash and signature of its row, links to the previous document's
  *      hash, has a valid signature, and adds up (lines to subtotal, credits to
- *      total_credits, subtotal - credits to amount_due) with the same totals
- *      as its row;
+ *      total_credits, subtotal - credits + credit_issued to amount_due, never
+ *      negative on an invoice) with the same totals as its row; an issued
+ *      adjustment credit is a grant of the account of that kind and amount;
  *   7. the invoice_lines and invoice_credits rows agree with the totals.
  * Everything is read in one read transaction, so a concurrent writer cannot
  * make a consistent ledger look inconsistent. */
@@ -473,8 +474,30 @@ static int jsum(json_object *o, const char *arr, const char *key, int digits, in
     return 0;
 }
 
+/* The document's credit_issued (SPEC section 4): absent is 0; present, an
+ * `adjustment` grant with an id, positive on an invoice, negative on the
+ * credit note that takes it back. */
+static const char *issued_problem(json_object *o, const vdoc_row *r, int digits, int64_t *issued,
+                                  int64_t *grant_id)
+{
+    json_object *ci = NULL, *gid = NULL;
+    *issued = *grant_id = 0;
+    if (!json_object_object_get_ex(o, "credit_issued", &ci))
+        return NULL;
+    const char *kind = json_object_is_type(ci, json_type_object) ? jstr(ci, "kind") : NULL;
+    if (!kind || strcmp(kind, "adjustment") != 0 || jmoney(ci, "amount", digits, issued) ||
+        !json_object_object_get_ex(ci, "grant_id", &gid) ||
+        !json_object_is_type(gid, json_type_int))
+        return "credit_issued is malformed";
+    *grant_id = json_object_get_int64(gid);
+    if (r->credit_note ? *issued >= 0 : *issued <= 0)
+        return "credit_issued has the wrong sign";
+    return NULL;
+}
+
 /* What the document says, against its row and its own arithmetic. */
-static const char *doc_content_problem(json_object *o, const vdoc_row *r, int digits)
+static const char *doc_content_problem(json_object *o, const vdoc_row *r, int digits,
+                                       int64_t *issued, int64_t *grant_id)
 {
     const char *id = jstr(o, "invoice_id"), *type = jstr(o, "type");
     const char *acct = jstr(o, "account"), *cur = jstr(o, "currency");
@@ -498,13 +521,47 @@ static const char *doc_content_problem(json_object *o, const vdoc_row *r, int di
         return "lines do not sum to the subtotal";
     if (applied != cred)
         return "credits applied do not sum to total_credits";
-    if (__builtin_sub_overflow(sub, cred, &diff) || diff != due)
-        return "subtotal - total_credits != amount_due";
+    const char *bad = issued_problem(o, r, digits, issued, grant_id);
+    if (bad)
+        return bad;
+    if (__builtin_sub_overflow(sub, cred, &diff) || __builtin_add_overflow(diff, *issued, &diff) ||
+        diff != due)
+        return "subtotal - total_credits + credit_issued != amount_due";
     if (!r->credit_note && (due < 0 || cred < 0))
         return "negative amount due or credits";
+    if (!r->credit_note && *issued && (due != 0 || cred != 0))
+        return "credit_issued on an invoice with an amount due or credits applied";
     if (sub != r->subtotal_minor || cred != r->credits_minor || due != r->amount_due_minor)
         return "totals in its row differ from the signed document";
     return NULL;
+}
+
+/* The adjustment credit an invoice issued is a grant of its account, of
+ * kind adjustment, for exactly that amount, with no expiry and no scope. */
+static tally_err check_issued_grant(vctx *v, const vdoc_row *r, int64_t issued, int64_t grant_id)
+{
+    sqlite3_stmt *st;
+    tally_err err =
+        ledger_prepare(v->l,
+                       "SELECT count(*) FROM grants WHERE id = ?1 AND account = ?2 "
+                       "AND currency = ?3 AND kind = 'adjustment' AND amount_minor = ?4 "
+                       "AND expires_s IS NULL AND scope = ''",
+                       &st);
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    sqlite3_bind_int64(st, 1, grant_id);
+    sqlite3_bind_text(st, 2, r->account, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, r->currency, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, issued);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW)
+        err = db_fail(v, ledger_sqlite_err(v->l, rc));
+    else if (sqlite3_column_int64(st, 0) != 1)
+        err = fail(v, TALLY_TAMPERED,
+                   "%s %s: its credit_issued names grant %lld, which is not its adjustment credit",
+                   label(r), r->id, (long long)grant_id);
+    sqlite3_finalize(st);
+    return err;
 }
 
 static tally_err check_content(vctx *v, const vdoc_row *r)
@@ -518,16 +575,17 @@ static tally_err check_content(vctx *v, const vdoc_row *r)
         return fail(v, TALLY_NOMEM, "out of memory");
     json_object *o = json_tokener_parse_ex(tok, r->doc, (int)r->doc_len);
     const char *what = NULL;
+    int64_t issued = 0, grant_id = 0;
     if (!o || json_tokener_get_error(tok) != json_tokener_success ||
         !json_object_is_type(o, json_type_object))
         what = "stored document is not a JSON object";
     else
-        what = doc_content_problem(o, r, c->minor_digits);
+        what = doc_content_problem(o, r, c->minor_digits, &issued, &grant_id);
     json_object_put(o);
     json_tokener_free(tok);
     if (what)
         return fail(v, TALLY_TAMPERED, "%s %s: %s", label(r), r->id, what);
-    return TALLY_OK;
+    return r->credit_note || !issued ? TALLY_OK : check_issued_grant(v, r, issued, grant_id);
 }
 
 static tally_err check_document(vctx *v, const vdoc_row *r)

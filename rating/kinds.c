@@ -8,7 +8,7 @@
 static const char *const grant_kind_names[TALLY_GRANT_KIND_COUNT] = {
     [TALLY_GRANT_TRIAL] = "trial",       [TALLY_GRANT_COUPON] = "coupon",
     [TALLY_GRANT_PREPAID] = "prepaid",   [TALLY_GRANT_INSURANCE] = "insurance",
-    [TALLY_GRANT_GOODWILL] = "goodwill",
+    [TALLY_GRANT_GOODWILL] = "goodwill", [TALLY_GRANT_ADJUSTMENT] = "adjustment",
 };
 
 static const char *const line_kind_names[TALLY_LINE_KIND_COUNT] = {

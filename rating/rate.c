@@ -7,8 +7,9 @@
  * credits never exceed it, so amount_due = subtotal - credits >= 0 whenever
  * the subtotal is. A subtotal below zero can only come from negative
  * adjustment lines (usage billed earlier that was withdrawn): then no credit
- * is applied and amount_due is that negative subtotal, returned as computed
- * so the caller sees money owed to the customer rather than a silent 0. */
+ * is applied, amount_due is 0 and credit_issued is -subtotal, the money owed
+ * to the customer, which the ledger issues as an `adjustment` grant (SPEC
+ * section 4). */
 #include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -103,6 +104,10 @@ static tally_err totals(rate_ctx *c, tally_rating_result *out)
     out->subtotal_minor = subtotal;
     out->total_credits_minor = credits;
     out->amount_due_minor = subtotal - credits; /* cannot overflow: 0 <= credits */
+    if (out->amount_due_minor < 0) {            /* then credits == 0 */
+        out->credit_issued_minor = -out->amount_due_minor;
+        out->amount_due_minor = 0;
+    }
     return TALLY_OK;
 }
 

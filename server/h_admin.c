@@ -69,7 +69,8 @@ static bool grant_fields_read(srv_call *c, json_object *o, tally_grant_spec *g, 
         return false;
     g->priority = (int)prio;
     if (tally_grant_kind_from_name(*kind, &g->kind) != TALLY_OK) {
-        srv_fail(c, 400, "bad_field", "kind must be trial, coupon, prepaid, insurance or goodwill");
+        srv_fail(c, 400, "bad_field",
+                 "kind must be trial, coupon, prepaid, insurance, goodwill or adjustment");
         return false;
     }
     if (g->expires_s <= g->effective_s) {

@@ -315,7 +315,10 @@ static int make_template(void **state)
     const char *dir = tu_tmpdir("golden-template");
     snprintf(template_db, sizeof template_db, "%s/t.db", dir);
     snprintf(template_key, sizeof template_key, "%s/t.key", dir);
-    setenv("TALLY_NOW", DEFAULT_NOW, 1);
+    /* The price book is entered when it takes effect: prices are bitemporal
+     * (SPEC section 2), and a card entered "after" a case's @now would not
+     * have been in force when that case finalized its periods. */
+    setenv("TALLY_NOW", "2026-01-01T00:00:00Z", 1);
     if (tu_tally(NULL, "--db '%s' init >/dev/null", template_db) != 0 ||
         tu_tally(NULL, "--key '%s' keygen >/dev/null", template_key) != 0)
         return -1;

@@ -409,13 +409,17 @@ static void test_spot_and_commitments(void **state)
     assert_int_equal(tally_ledger_spot_set(l, "rtx4090", -1, t0), TALLY_INVAL);
     assert_int_equal(tally_ledger_spot_set(l, "rtx4090", 800000000, t0), TALLY_OK);
     tally_spot_point *pts;
+    int64_t *entered;
     size_t n;
-    assert_int_equal(ledger_spot_points(l, &pts, &n), TALLY_OK);
+    assert_int_equal(ledger_spot_points(l, &pts, &entered, &n), TALLY_OK);
     assert_int_equal(n, 4);
     assert_string_equal(pts[3].sku, "rtx4090");
     assert_int_equal(pts[3].price_nano, 800000000);
     assert_int_equal(pts[3].from_s, t0);
+    /* bitemporal: when it was entered, besides when it takes effect */
+    assert_true(entered[3] <= tally_now_s() && entered[3] >= tally_now_s() - 60);
     free(pts);
+    free(entered);
 
     int64_t id = 0;
     assert_int_equal(tally_ledger_commit_add(l, "acme", "tpu-v4-64", 1, t0, t0 + 86400, &id),

@@ -126,7 +126,9 @@ static void check_totals(const fx *f)
         cred += f->out.credits[k].amount_minor;
     assert_int_equal(sub, f->out.subtotal_minor);
     assert_int_equal(cred, f->out.total_credits_minor);
-    assert_int_equal(sub - cred, f->out.amount_due_minor);
+    assert_int_equal(sub - cred + f->out.credit_issued_minor, f->out.amount_due_minor);
+    assert_true(f->out.amount_due_minor >= 0 && f->out.credit_issued_minor >= 0);
+    assert_true(f->out.credit_issued_minor == 0 || f->out.amount_due_minor == 0);
     if (sub >= 0) {
         assert_true(cred <= sub);
         assert_true(f->out.amount_due_minor >= 0);
@@ -590,14 +592,15 @@ static void invoice_never_negative(void **state)
     assert_int_equal(f->out.amount_due_minor, 258);
     check_totals(f);
 
-    /* a negative adjustment larger than the usage: no credit is used and
-     * the negative amount due is reported as it is */
+    /* a negative adjustment larger than the usage: no credit is used, the
+     * amount due is 0 and the rest is a credit to issue (SPEC section 4) */
     f->extra[0].amount_minor = -500;
     f->extra[0].quantity = -7000;
     fx_ok(f);
     assert_int_equal(f->out.subtotal_minor, -150);
     assert_int_equal(f->out.total_credits_minor, 0);
-    assert_int_equal(f->out.amount_due_minor, -150);
+    assert_int_equal(f->out.amount_due_minor, 0);
+    assert_int_equal(f->out.credit_issued_minor, 150);
     check_totals(f);
     fx_free(f);
 }
@@ -802,6 +805,7 @@ static void names_and_units(void **state)
         assert_int_equal(l, i);
     }
     assert_string_equal(tally_grant_kind_name(TALLY_GRANT_COUPON), "coupon");
+    assert_string_equal(tally_grant_kind_name(TALLY_GRANT_ADJUSTMENT), "adjustment");
     assert_string_equal(tally_line_kind_name(TALLY_LINE_OVERAGE), "overage");
     assert_int_equal(tally_grant_kind_from_name("Trial", &g), TALLY_NOT_FOUND);
     assert_int_equal(tally_line_kind_from_name(NULL, &l), TALLY_NOT_FOUND);

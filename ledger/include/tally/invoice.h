@@ -19,6 +19,7 @@ typedef struct tally_invoice_summary {
     char currency[4];
     int minor_digits;
     int64_t subtotal_minor, credits_minor, amount_due_minor;
+    int64_t credit_issued_minor; /* an adjustment credit issued (SPEC section 4); else 0 */
     bool finalized;
     bool already_finalized; /* the period had a live finalized invoice: left as it was */
 } tally_invoice_summary;

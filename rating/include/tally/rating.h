@@ -117,6 +117,7 @@ typedef enum tally_grant_kind {
     TALLY_GRANT_PREPAID,
     TALLY_GRANT_INSURANCE,
     TALLY_GRANT_GOODWILL,
+    TALLY_GRANT_ADJUSTMENT, /* what late adjustments owe the customer (SPEC section 4) */
     TALLY_GRANT_KIND_COUNT
 } tally_grant_kind;
 
@@ -242,9 +243,12 @@ typedef struct tally_rating_result {
     size_t n_credits;
     int64_t subtotal_minor;      /* sum of line amounts */
     int64_t total_credits_minor; /* sum of credits; never more than subtotal */
-    int64_t amount_due_minor;    /* subtotal - credits; >= 0 unless negative adjustment
-                                    lines push the subtotal below zero (then no credit
-                                    is applied and the negative amount is shown) */
+    int64_t amount_due_minor;    /* subtotal - credits + credit_issued; never negative */
+    /* When negative adjustment lines net the subtotal below zero, no credit
+     * is applied, amount_due is 0 and the customer is owed -subtotal: the
+     * caller issues it as a credit grant of kind adjustment (SPEC section 4).
+     * Otherwise 0. */
+    int64_t credit_issued_minor;
 } tally_rating_result;
 
 /* Rates one account's period. Allocates out's arrays; release them with
