@@ -18,7 +18,11 @@ static void print_help(void)
            "  --topic T         the usage topic (with --brokers)\n"
            "  --timeout S       close connections idle or stalled for S seconds (default 30)\n"
            "  --header-timeout S  answer 408 and close when a request's headers take longer\n"
-           "                    than S seconds in all (default 10)\n\n"
+           "                    than S seconds in all (default 10)\n"
+           "  --ingest-rate N   events a second each API key may send to POST /v1/events\n"
+           "                    (default 1000; 0: no limit); past it, 429 with Retry-After\n"
+           "  --ingest-burst N  events a key may send at once on a full bucket (default the\n"
+           "                    larger of 2000 and the rate)\n\n"
            "Keys: tally apikey create (--account ID | --admin). The endpoints are listed in\n"
            "include/tally/server.h.\n");
 }
@@ -30,12 +34,14 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv)
         return CLI_OK;
     }
     const char *listen = NULL, *brokers = NULL, *topic = NULL, *timeout = NULL,
-               *header_timeout = NULL;
+               *header_timeout = NULL, *rate = NULL, *burst = NULL;
     const cli_opt opts[] = {{"listen", &listen, NULL},
                             {"brokers", &brokers, NULL},
                             {"topic", &topic, NULL},
                             {"timeout", &timeout, NULL},
                             {"header-timeout", &header_timeout, NULL},
+                            {"ingest-rate", &rate, NULL},
+                            {"ingest-burst", &burst, NULL},
                             {0}};
     int npos = 0;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, &npos);
@@ -54,7 +60,14 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv)
     if (header_timeout &&
         (rc = cli_parse_int(ctx, "--header-timeout", header_timeout, 1, 3600, &header_timeout_s)))
         return rc;
-    tally_server_opts o = {.db_path = ctx->db_path,
+    int64_t rate_n = 0, burst_n = 0;
+    if (rate && (rc = cli_parse_int(ctx, "--ingest-rate", rate, 0, 1000000, &rate_n)))
+        return rc;
+    if (burst && (rc = cli_parse_int(ctx, "--ingest-burst", burst, 1, 1000000, &burst_n)))
+        return rc;
+    tally_server_opts o = {.ingest_rate = rate && rate_n == 0 ? -1 : rate_n,
+                           .ingest_burst = burst_n,
+                           .db_path = ctx->db_path,
                            .brokers = brokers,
                            .topic = topic,
                            .timeout_s = (int)timeout_s,

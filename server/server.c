@@ -30,6 +30,8 @@
 
 #define DEFAULT_TIMEOUT_S        30
 #define DEFAULT_HEADER_TIMEOUT_S 10
+#define DEFAULT_INGEST_RATE      1000
+#define DEFAULT_INGEST_BURST     2000
 #define MAX_HEADERS_BYTES        SRV_MAX_HEAD
 
 static const struct {
@@ -61,6 +63,11 @@ static void send_reply(void *arg, const tally_http_response *resp)
         evhttp_add_header(h, "X-Request-Id", resp->request_id);
     if (resp->allow[0])
         evhttp_add_header(h, "Allow", resp->allow);
+    if (resp->retry_after_s > 0) {
+        char secs[24];
+        snprintf(secs, sizeof secs, "%lld", (long long)resp->retry_after_s);
+        evhttp_add_header(h, "Retry-After", secs);
+    }
     if (resp->status == 401)
         evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"tally\"");
     if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
@@ -117,6 +124,13 @@ tally_err tally_server_create(const tally_server_opts *o, tally_server **out, ch
         return TALLY_NOMEM;
     }
     s->timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S;
+    s->ingest_limit.rate = o->ingest_rate == 0             ? DEFAULT_INGEST_RATE
+                           : o->ingest_rate < 0            ? 0
+                           : o->ingest_rate > SRV_RATE_MAX ? SRV_RATE_MAX
+                                                           : o->ingest_rate;
+    s->ingest_limit.burst = o->ingest_burst > 0                           ? o->ingest_burst
+                            : s->ingest_limit.rate > DEFAULT_INGEST_BURST ? s->ingest_limit.rate
+                                                                          : DEFAULT_INGEST_BURST;
     s->header_timeout_s = o->header_timeout_s > 0 ? o->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S;
     tally_err e = tally_ledger_open(o->db_path, &s->ledger, why, cap);
     if (!e && (e = srv_request_prefix(s->id_prefix)) != TALLY_OK)
@@ -269,6 +283,7 @@ void tally_server_destroy(tally_server *s)
     tally_ledger_close(s->ledger);
     srv_keyring_release(&s->keys);
     srv_metrics_release(&s->metrics);
+    srv_ratelimit_release(&s->ingest_limit);
     free(s->topic);
     free(s);
 }

@@ -38,6 +38,7 @@ typedef struct srv_metrics {
     srv_reason_count *reasons; /* quarantine counts by reason, ledger-wide */
     size_t n_reasons;
     int64_t reasons_after_id; /* quarantine rows counted so far end here */
+    int64_t rate_limited;     /* ingest requests answered 429 */
 } srv_metrics;
 
 void srv_metrics_release(srv_metrics *m);
@@ -85,6 +86,29 @@ srv_auth_result srv_authenticate(tally_ledger *l, srv_keyring *k, const char *he
 
 /* SHA-256 of a key's text. */
 void srv_key_hash(const char *key, size_t len, unsigned char out[32]);
+
+/* ---- Ingest rate limits (ratelimit.c) ------------------------------------- */
+
+#define SRV_RATE_MAX 1000000 /* events a second, the most --ingest-rate takes */
+
+typedef struct srv_bucket {
+    int64_t key_id;
+    int64_t tokens_milli; /* thousandths of an event */
+    int64_t at_us;        /* when tokens_milli was last refilled */
+} srv_bucket;
+
+typedef struct srv_ratelimit {
+    int64_t rate;        /* events a second per key; 0: no limit */
+    int64_t burst;       /* bucket size in events */
+    srv_bucket *buckets; /* sorted by key_id */
+    size_t n, alloc;
+} srv_ratelimit;
+
+/* Takes events tokens from key_id's bucket at now_us. Returns 0 if they were
+ * there (and are taken), else the seconds to wait before retrying (nothing
+ * taken). */
+int64_t srv_ratelimit_take(srv_ratelimit *rl, int64_t key_id, int64_t events, int64_t now_us);
+void srv_ratelimit_release(srv_ratelimit *rl);
 
 /* ---- The server ----------------------------------------------------------- */
 
@@ -144,6 +168,7 @@ struct tally_server {
     int timeout_s;
     int header_timeout_s;
     srv_accept_guard accept_guard;
+    srv_ratelimit ingest_limit;
     char id_prefix[17]; /* random per process: request ids stay unique across restarts */
     uint64_t next_request;
     srv_keyring keys;

@@ -18,7 +18,9 @@ static int setup(void **state)
     (void)state;
     setenv("TALLY_NOW", "2026-04-02T00:00:00Z", 1);
     fx_ledger(&fx, "http-hostile");
-    static const char *const extra[] = {"--timeout", "5", "--header-timeout", "1", NULL};
+    static const char *const extra[] = {
+        "--timeout", "5", "--header-timeout", "1", "--ingest-rate", "2", "--ingest-burst",
+        "10",        NULL};
     fx_start(&fx, extra);
     return 0;
 }
@@ -265,13 +267,75 @@ static void test_out_of_fds(void **state)
     fx_stop(&lim);
 }
 
+typedef struct key_seen {
+    int64_t ids[4];
+    size_t n_rows, n_ids;
+} key_seen;
+
+static tally_err note_key(void *ctx, const tally_quarantine_row *q)
+{
+    key_seen *k = ctx;
+    k->n_rows++;
+    for (size_t i = 0; i < k->n_ids; i++)
+        if (k->ids[i] == q->key_id)
+            return TALLY_OK;
+    if (k->n_ids < 4)
+        k->ids[k->n_ids++] = q->key_id;
+    return TALLY_OK;
+}
+
+/* Ten events that do not decode, for one tenant. */
+static void bad_events(char *out, size_t cap)
+{
+    size_t at = 0;
+    out[at++] = '[';
+    for (int i = 0; i < 10; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%s{\"bad\":%d}", i ? "," : "", i);
+    snprintf(out + at, cap - at, "]");
+}
+
+/* Item 11: a key over its rate gets 429 with Retry-After, others do not;
+ * /metrics counts the 429s, and quarantined rows name the key that sent
+ * them. */
+static void test_ingest_rate_limit(void **state)
+{
+    (void)state;
+    char body[512];
+    bad_events(body, sizeof body);
+    http_answer a;
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, body), 200);
+    assert_contains(&a.body, "quarantined");
+    http_done(&a);
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, "[{\"bad\":1}]"), 429);
+    assert_contains(&a.headers, "Retry-After: 1");
+    assert_contains(&a.body, "\"code\":\"rate_limited\"");
+    http_done(&a);
+    /* Another key has its own bucket. */
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.globex, body), 200);
+    http_done(&a);
+    assert_int_equal(http_get(&fx, &a, "/metrics", NULL), 200);
+    assert_contains(&a.body, "tally_http_rate_limited_total 1\n");
+    http_done(&a);
+    usleep(1100 * 1000); /* two tokens back at 2 a second */
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, "[{\"bad\":2}]"), 200);
+    http_done(&a);
+    tally_ledger *l = NULL;
+    char why[256];
+    assert_int_equal(tally_ledger_open(fx.db, &l, why, sizeof why), TALLY_OK);
+    key_seen k = {0};
+    assert_int_equal(tally_ledger_quarantine_each(l, "http:", note_key, &k), TALLY_OK);
+    tally_ledger_close(l);
+    assert_int_equal(k.n_rows, 21);
+    assert_int_equal(k.n_ids, 2); /* acme's key and globex's key, never none */
+    assert_true(k.ids[0] > 0 && k.ids[1] > 0 && k.ids[0] != k.ids[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_head_deadline),
-        cmocka_unit_test(test_json_errors),
-        cmocka_unit_test(test_head_absolute_pipelined),
-        cmocka_unit_test(test_out_of_fds),
+        cmocka_unit_test(test_head_deadline),           cmocka_unit_test(test_json_errors),
+        cmocka_unit_test(test_head_absolute_pipelined), cmocka_unit_test(test_out_of_fds),
+        cmocka_unit_test(test_ingest_rate_limit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

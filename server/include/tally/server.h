@@ -76,7 +76,14 @@
  * tally_batch_commit_seconds (histogram of this server's ingest commits),
  * tally_ledger_events, tally_ledger_quarantined_total{reason} (ledger-wide,
  * counted incrementally), and with --brokers tally_consumer_lag{topic,
- * partition} (broker high watermark minus the offset stored in the ledger).
+ * partition} (broker high watermark minus the offset stored in the ledger),
+ * and tally_http_rate_limited_total (event requests answered 429).
+ *
+ * Event ingest is rate-limited per API key (a token bucket per key id: rate
+ * events a second, bursts of burst; see tally_server_opts): a request with
+ * more events than its key's bucket holds is answered 429 "rate_limited"
+ * with Retry-After in seconds, and nothing of it is stored or quarantined.
+ * Each quarantined row records the id of the key that sent it.
  */
 #ifndef TALLY_SERVER_H
 #define TALLY_SERVER_H
@@ -101,6 +108,10 @@ typedef struct tally_server_opts {
     const char *topic;    /* required with brokers */
     int timeout_s;        /* read/write timeout of a connection; 0: 30 s */
     int header_timeout_s; /* deadline for a whole request head; 0: 10 s */
+    /* Event ingest per API key (token bucket): events a second (0: 1,000;
+     * negative: no limit) and the bucket size (0: the larger of 2,000 and
+     * the rate). Past it, POST /v1/events answers 429 with Retry-After. */
+    int64_t ingest_rate, ingest_burst;
 } tally_server_opts;
 
 /* Opens the ledger (applying migrations) and, with brokers, creates the
@@ -143,6 +154,7 @@ typedef struct tally_http_response {
     const char *content_type; /* static string */
     char allow[48];           /* the Allow header of a 405; else "" */
     char request_id[40];      /* also sent as X-Request-Id */
+    int64_t retry_after_s;    /* > 0: the Retry-After header of a 429 */
     tally_buf body;
 } tally_http_response;
 
