@@ -13,6 +13,18 @@ static int create(cli_ctx *ctx, tally_ledger *l, const char *account, bool admin
 {
     if (admin == (account != NULL))
         return cli_error(ctx, CLI_USAGE, "create needs exactly one of --account ID and --admin");
+    if (account && account[0] && strlen(account) < TALLY_NAME_MAX) {
+        /* A key for an account that does not exist would be a typo waiting
+         * to see nothing; refuse it before anything is stored. */
+        tally_account a;
+        tally_err ge = tally_ledger_account_get(l, account, &a);
+        if (ge == TALLY_NOT_FOUND)
+            return cli_error(ctx, CLI_USAGE,
+                             "account '%s' does not exist (create it first: tally account set %s)",
+                             account, account);
+        if (ge != TALLY_OK)
+            return cli_error_for(ctx, ge, "%s: %s", tally_err_str(ge), tally_ledger_errmsg(l));
+    }
     char key[TALLY_APIKEY_LEN + 1];
     int64_t id = 0;
     tally_err e = tally_apikey_create(l, account, admin, key, sizeof key, &id);

@@ -330,12 +330,27 @@ static void test_ingest_rate_limit(void **state)
     assert_true(k.ids[0] > 0 && k.ids[1] > 0 && k.ids[0] != k.ids[1]);
 }
 
+/* Item 12: a report by day over more than the limit says the limit. */
+static void test_usage_by_day_limit(void **state)
+{
+    (void)state;
+    http_answer a;
+    assert_int_equal(http_get(&fx, &a,
+                              "/v1/accounts/acme/usage?from=2024-01-01T00:00:00Z"
+                              "&to=2026-01-01T00:00:00Z&by=day",
+                              fx.acme),
+                     400);
+    assert_contains(&a.body, "\"code\":\"range_too_long\"");
+    assert_contains(&a.body, "at most 400 days");
+    http_done(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_head_deadline),           cmocka_unit_test(test_json_errors),
         cmocka_unit_test(test_head_absolute_pipelined), cmocka_unit_test(test_out_of_fds),
-        cmocka_unit_test(test_ingest_rate_limit),
+        cmocka_unit_test(test_ingest_rate_limit),       cmocka_unit_test(test_usage_by_day_limit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
