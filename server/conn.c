@@ -119,12 +119,13 @@ static void refuse(srv_conn *c, int status, const char *code, const char *msg)
     c->state = CONN_DONE;
     c->close_after = true;
     evtimer_del(c->timer);
-    if (in_flight(c)) {
+    if (e) { /* out of memory: close without an answer */
+        tally_buf_release(&out);
+    } else if (in_flight(c)) {
         tally_buf_release(&c->pending);
         c->pending = out; /* written when the answer in flight has drained */
     } else {
-        if (!e)
-            bufferevent_write(c->under, out.data, out.len);
+        bufferevent_write(c->under, out.data, out.len);
         tally_buf_release(&out);
     }
     struct timeval linger = {.tv_sec = LINGER_S + c->srv->timeout_s};
