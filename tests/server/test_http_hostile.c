@@ -12,6 +12,7 @@
 #include "test_http.h"
 
 static http_fixture fx;
+static http_fixture lim; /* test_out_of_fds's server, stopped by teardown if the test fails */
 
 static int setup(void **state)
 {
@@ -28,6 +29,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    if (lim.pid > 0)
+        stop_pid(lim.pid);
     fx_stop(&fx);
     return 0;
 }
@@ -237,7 +240,7 @@ static void test_out_of_fds(void **state)
     snprintf(cmd, sizeof cmd, "ulimit -n 40 && exec '%s' --db '%s' serve --listen 127.0.0.1:0",
              TALLY_BINARY, fx.db);
     const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-    http_fixture lim = fx;
+    lim = fx;
     lim.pid = spawn_first_line(fx.dir, "serve-nofile", argv, lim.addr, sizeof lim.addr);
     int fds[80];
     for (size_t i = 0; i < 80; i++)
