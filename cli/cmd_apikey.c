@@ -35,6 +35,18 @@ static int create(cli_ctx *ctx, tally_ledger *l, const create_args *a)
                          "create needs exactly one of --account ID, --ingest and --admin");
     if (a->ingest != (a->n_sources > 0))
         return cli_error(ctx, CLI_USAGE, "--source PREFIX goes with --ingest (at least one)");
+    if (a->account && a->account[0] && strlen(a->account) < TALLY_NAME_MAX) {
+        /* A key for an account that does not exist would be a typo waiting
+         * to see nothing; refuse it before anything is stored. */
+        tally_account acct;
+        tally_err ge = tally_ledger_account_get(l, a->account, &acct);
+        if (ge == TALLY_NOT_FOUND)
+            return cli_error(ctx, CLI_USAGE,
+                             "account '%s' does not exist (create it first: tally account set %s)",
+                             a->account, a->account);
+        if (ge != TALLY_OK)
+            return cli_error_for(ctx, ge, "%s: %s", tally_err_str(ge), tally_ledger_errmsg(l));
+    }
     char key[TALLY_APIKEY_LEN + 1];
     int64_t id = 0;
     tally_err e = create_key(l, a, key, sizeof key, &id);

@@ -1,4 +1,5 @@
-/* tally serve --listen ADDR [--brokers B --topic T] [--timeout SECONDS]
+/* tally serve --listen ADDR [--brokers B --topic T] [--timeout S]
+ *             [--header-timeout S] [--ingest-rate N] [--ingest-burst N]
  *
  * Serves the HTTP API until SIGINT or SIGTERM. The first line on stdout is
  * the bound address ("127.0.0.1:41234"), so that scripts and tests can start
@@ -15,9 +16,15 @@ static void print_help(void)
            "                    one. The bound address is the first line on stdout.\n"
            "  --brokers B       produce posted events to Kafka instead of ingesting them\n"
            "  --topic T         the usage topic (with --brokers)\n"
-           "  --timeout S       close connections idle or stalled for S seconds (default 30)\n\n"
+           "  --timeout S       close connections idle or stalled for S seconds (default 30)\n"
+           "  --header-timeout S  answer 408 and close when a request's headers take longer\n"
+           "                    than S seconds in all (default 10)\n"
+           "  --ingest-rate N   events a second each API key may send to POST /v1/events\n"
+           "                    (default 1000; 0: no limit); past it, 429 with Retry-After\n"
+           "  --ingest-burst N  events a key may send at once on a full bucket (default the\n"
+           "                    larger of 2000 and the rate)\n\n"
            "Keys: tally apikey create (--account ID | --ingest --source PREFIX... | --admin).\n"
-           "The endpoints are listed in include/tally/server.h.\n");
+           "The endpoints are listed in server/include/tally/server.h.\n");
 }
 
 int cmd_serve(cli_ctx *ctx, int argc, char **argv)
@@ -26,11 +33,15 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv)
         print_help();
         return CLI_OK;
     }
-    const char *listen = NULL, *brokers = NULL, *topic = NULL, *timeout = NULL;
+    const char *listen = NULL, *brokers = NULL, *topic = NULL, *timeout = NULL,
+               *header_timeout = NULL, *rate = NULL, *burst = NULL;
     const cli_opt opts[] = {{"listen", &listen, NULL},
                             {"brokers", &brokers, NULL},
                             {"topic", &topic, NULL},
                             {"timeout", &timeout, NULL},
+                            {"header-timeout", &header_timeout, NULL},
+                            {"ingest-rate", &rate, NULL},
+                            {"ingest-burst", &burst, NULL},
                             {0}};
     int npos = 0;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, &npos);
@@ -45,8 +56,22 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv)
     int64_t timeout_s = 0;
     if (timeout && (rc = cli_parse_int(ctx, "--timeout", timeout, 1, 3600, &timeout_s)))
         return rc;
-    tally_server_opts o = {
-        .db_path = ctx->db_path, .brokers = brokers, .topic = topic, .timeout_s = (int)timeout_s};
+    int64_t header_timeout_s = 0;
+    if (header_timeout &&
+        (rc = cli_parse_int(ctx, "--header-timeout", header_timeout, 1, 3600, &header_timeout_s)))
+        return rc;
+    int64_t rate_n = 0, burst_n = 0;
+    if (rate && (rc = cli_parse_int(ctx, "--ingest-rate", rate, 0, 1000000, &rate_n)))
+        return rc;
+    if (burst && (rc = cli_parse_int(ctx, "--ingest-burst", burst, 1, 1000000, &burst_n)))
+        return rc;
+    tally_server_opts o = {.ingest_rate = rate && rate_n == 0 ? -1 : rate_n,
+                           .ingest_burst = burst_n,
+                           .db_path = ctx->db_path,
+                           .brokers = brokers,
+                           .topic = topic,
+                           .timeout_s = (int)timeout_s,
+                           .header_timeout_s = (int)header_timeout_s};
     tally_server *s = NULL;
     char why[256] = "", bound[128];
     tally_err e = tally_server_create(&o, &s, why, sizeof why);

@@ -54,7 +54,8 @@ int cmd_usage(cli_ctx *ctx, int argc, char **argv)
     else if (e == TALLY_NOT_FOUND)
         rc = cli_error_for(ctx, e, "unknown account '%s'", pos[0]);
     else if (e == TALLY_INVAL)
-        rc = cli_error_for(ctx, e, "range too long for --by day (at most 400 days)");
+        rc = cli_error_for(ctx, e, "range too long for --by day (at most %d days)",
+                           TALLY_USAGE_MAX_DAYS);
     else
         rc = cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     tally_buf_release(&out);

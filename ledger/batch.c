@@ -25,7 +25,7 @@ static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_DEDUPE_INS] = "INSERT INTO dedupe(src, id, fp) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
     [ST_DEDUPE_FP] = "SELECT fp FROM dedupe WHERE src = ?1 AND id = ?2",
     [ST_QUARANTINE] = "INSERT INTO quarantine(origin, reason, detail, source, event_id, raw, "
-                      "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+                      "created_at, key_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
                       "ON CONFLICT(origin) DO NOTHING",
     [ST_IV_INS] = "INSERT INTO usage_intervals(account, meter, pricing, migration, resource, dim, "
                   "weight, start_s, end_s, seq) VALUES (?1, ?5, ?6, ?7, ?8, ?9, ?10, ?2, ?3, ?4)",
@@ -241,4 +241,9 @@ tally_err tally_batch_set_offset(tally_batch *b, const char *topic, int32_t part
     o->expected_next = expected_next;
     o->new_next = new_next;
     return TALLY_OK;
+}
+
+void tally_batch_set_key_id(tally_batch *b, int64_t key_id)
+{
+    b->key_id = key_id;
 }

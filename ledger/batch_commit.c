@@ -53,6 +53,10 @@ static tally_err quarantine(tally_batch *b, const batch_item *it, const char *re
     /* Never NULL: the arena holds at least this item's origin. */
     sqlite3_bind_blob(st, 6, b->arena + it->raw_off, (int)it->raw_len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 7, b->now_s);
+    if (b->key_id > 0)
+        sqlite3_bind_int64(st, 8, b->key_id);
+    else
+        sqlite3_bind_null(st, 8);
     tally_err e = batch_step(b, st);
     if (e == TALLY_OK)
         b->new_quarantine += sqlite3_changes(b->l->db);

@@ -19,7 +19,7 @@
 #include "ledger_int.h"
 #include "tally/money.h"
 
-#define MAX_DAYS 400
+#define MAX_DAYS TALLY_USAGE_MAX_DAYS
 
 static const char *const by_names[] = {"sku", "day", "meter"};
 

@@ -258,6 +258,7 @@ struct tally_batch {
     size_t n_accounts;
     int64_t seq; /* usage_seq of this commit; 0 until usage is written */
     int64_t now_s;
+    int64_t key_id; /* the API key that sent what is queued; 0: none */
     int64_t new_keys, new_quarantine, new_intervals, new_points;
     /* Set for the second attempt of a commit whose first one found a stored
      * per-second sum that would overflow: agg_point then reads each second's

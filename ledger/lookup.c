@@ -71,7 +71,7 @@ tally_err tally_ledger_quarantine_each(tally_ledger *l, const char *origin_prefi
 {
     sqlite3_stmt *st;
     tally_err e = ledger_prepare(l,
-                                 "SELECT origin, reason, raw FROM quarantine "
+                                 "SELECT origin, reason, raw, key_id FROM quarantine "
                                  "WHERE substr(origin, 1, length(?1)) = ?1 ORDER BY id",
                                  &st);
     if (e)
@@ -84,7 +84,8 @@ tally_err tally_ledger_quarantine_each(tally_ledger *l, const char *origin_prefi
         tally_quarantine_row q = {.origin = origin ? (const char *)origin : "",
                                   .reason = reason ? (const char *)reason : "",
                                   .raw = sqlite3_column_blob(st, 2),
-                                  .raw_len = (size_t)sqlite3_column_bytes(st, 2)};
+                                  .raw_len = (size_t)sqlite3_column_bytes(st, 2),
+                                  .key_id = sqlite3_column_int64(st, 3)};
         e = fn(ctx, &q);
     }
     if (e) {

@@ -38,6 +38,11 @@ struct tally_pipeline {
     tally_batch_stats total;
 };
 
+void tally_pipeline_set_key_id(tally_pipeline *p, int64_t key_id)
+{
+    tally_batch_set_key_id(p->b, key_id);
+}
+
 tally_err tally_pipeline_create(tally_ledger *l, size_t batch_max, tally_pipeline **out)
 {
     *out = NULL;

@@ -197,6 +197,8 @@ static tally_err ingest(srv_call *c, srv_events_call *ec, const srv_span *sp, si
     bool direct = c->srv->kafka == NULL;
     int64_t now_s = tally_now_s();
     tally_err e = tally_pipeline_create(c->srv->ledger, 0, &p);
+    if (e == TALLY_OK)
+        tally_pipeline_set_key_id(p, c->who.key_id); /* quarantined rows say who sent them */
     for (size_t i = 0; i < ec->n && e == TALLY_OK; i++)
         e = decode_one(c, c->req->body + sp[i].off, sp[i].len, i, now_s, direct, p, &ec->results[i],
                        queued, &nq);
@@ -222,6 +224,17 @@ srv_outcome srv_h_events(srv_call *c)
     if (e == TALLY_PARSE || e == TALLY_TOO_LARGE) {
         srv_fail(c, e == TALLY_PARSE ? 400 : 413, e == TALLY_PARSE ? "bad_json" : "too_many_events",
                  "%s (want a JSON array of at most %d CloudEvents)", why, TALLY_HTTP_MAX_EVENTS);
+        goto out;
+    }
+    int64_t wait_s =
+        e ? 0 : srv_ratelimit_take(&c->srv->ingest_limit, c->who.key_id, (int64_t)n, srv_now_us());
+    if (wait_s > 0) {
+        c->srv->metrics.rate_limited++;
+        c->resp.retry_after_s = wait_s;
+        srv_fail(c, 429, "rate_limited",
+                 "this key may send %lld events a second (bursts of %lld); retry in %lld s",
+                 (long long)c->srv->ingest_limit.rate, (long long)c->srv->ingest_limit.burst,
+                 (long long)wait_s);
         goto out;
     }
     if (!e && !(ec = events_call_new(c, n)))

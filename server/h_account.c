@@ -81,6 +81,10 @@ srv_outcome srv_h_usage(srv_call *c)
     if (!usage_query(c, &from_s, &to_s, &by) || !account_exists(c, c->params[0]))
         return SRV_ANSWERED;
     tally_err e = tally_usage_report(c->srv->ledger, c->params[0], from_s, to_s, by, &c->resp.body);
+    if (e == TALLY_INVAL && by == TALLY_BY_DAY) /* from < to was checked: the day limit */
+        return srv_fail(c, 400, "range_too_long",
+                        "by=day covers at most %d days; ask for a shorter from-to range",
+                        TALLY_USAGE_MAX_DAYS);
     if (e != TALLY_OK)
         return srv_fail_err(c, e, "usage report");
     return srv_ok(c, 200, srv_type_json);

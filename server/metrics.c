@@ -115,6 +115,12 @@ static tally_err write_http(tally_buf *b, const srv_metrics *m)
     for (int st = 0; st < SRV_EV_PENDING && !e; st++)
         e = tally_buf_printf(b, "tally_http_events_total{result=\"%s\"} %lld\n",
                              srv_event_status_name((srv_event_status)st), (long long)m->events[st]);
+    if (!e)
+        e = tally_buf_printf(b,
+                             "# HELP tally_http_rate_limited_total Event ingest requests answered "
+                             "429 (a key over its rate).\n# TYPE tally_http_rate_limited_total "
+                             "counter\ntally_http_rate_limited_total %lld\n",
+                             (long long)m->rate_limited);
     return e;
 }
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <openssl/rand.h>
 
@@ -162,9 +163,22 @@ static bool in_scope(srv_call *c, const srv_route *r)
     return false;
 }
 
+/* The path of an absolute-form target ("http://host/v1/..."): what follows
+ * the authority; "" for none. Origin-form targets are returned as they are. */
+static const char *origin_form(const char *uri)
+{
+    size_t skip = strncasecmp(uri, "http://", 7) == 0    ? 7
+                  : strncasecmp(uri, "https://", 8) == 0 ? 8
+                                                         : 0;
+    if (!skip)
+        return uri;
+    const char *path = uri + skip + strcspn(uri + skip, "/?");
+    return *path == '?' ? "" : path;
+}
+
 static srv_outcome dispatch(srv_call *c)
 {
-    const char *uri = c->req->uri ? c->req->uri : "";
+    const char *uri = origin_form(c->req->uri ? c->req->uri : "");
     const char *q = strchr(uri, '?');
     size_t path_len = q ? (size_t)(q - uri) : strlen(uri);
     if (q) {
@@ -174,9 +188,11 @@ static srv_outcome dispatch(srv_call *c)
     if (c->req->body_len > TALLY_HTTP_MAX_BODY)
         return srv_fail(c, 413, "too_large", "request body over %zu bytes", TALLY_HTTP_MAX_BODY);
     const srv_route *r;
-    srv_match m =
-        srv_route_match(srv_routes, srv_n_routes, c->req->method ? c->req->method : "", uri,
-                        path_len, &r, c->params, &c->n_params, c->resp.allow, sizeof c->resp.allow);
+    const char *method = c->req->method ? c->req->method : "";
+    if (strcmp(method, "HEAD") == 0) /* evhttp sends the headers of the GET, without its body */
+        method = "GET";
+    srv_match m = srv_route_match(srv_routes, srv_n_routes, method, uri, path_len, &r, c->params,
+                                  &c->n_params, c->resp.allow, sizeof c->resp.allow);
     if (m == SRV_MATCH_NO_ROUTE)
         return srv_fail(c, 404, "not_found", "no such endpoint");
     if (m == SRV_MATCH_NO_METHOD)

@@ -1,14 +1,15 @@
 /* The evhttp side of the server: creation, binding, the event loop, and the
  * translation between evhttp requests and tally_http_request/response.
  *
- * evhttp enforces the transport limits: oversized headers, malformed
- * requests (400), bodies over TRANSPORT_MAX_BODY (413, without reading them)
- * and the read/write timeout that drops slow and idle clients. Bodies over
- * TALLY_HTTP_MAX_BODY but within the transport limit are answered 413 by the
- * router with a JSON error. What evhttp refuses itself (past the transport
- * limit, malformed requests, methods it does not know) is answered with
- * libevent 2.1's own HTML error body: it calls its internal handler, not
- * ours, for those. */
+ * Every request head is first checked on the raw connection (conn.c), with
+ * a deadline for the whole head: what evhttp would refuse with libevent
+ * 2.1's own HTML page (unknown methods, bad versions, bad Content-Length,
+ * oversized heads), Content-Length with Transfer-Encoding and repeated
+ * Authorization headers are answered there with a JSON error. evhttp then
+ * enforces the rest: bodies over SRV_TRANSPORT_MAX_BODY, and the read/write
+ * timeout that drops idle clients. Bodies over TALLY_HTTP_MAX_BODY but
+ * within the transport limit are answered 413 by the router. libevent's own
+ * log lines go through tally_log. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -18,15 +19,20 @@
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 
 #include "server_int.h"
+#include "tally/log.h"
 
-#define DEFAULT_TIMEOUT_S  30
-#define MAX_HEADERS_BYTES  (16 * 1024)
-#define TRANSPORT_MAX_BODY (4 * TALLY_HTTP_MAX_BODY)
+#define DEFAULT_TIMEOUT_S        30
+#define DEFAULT_HEADER_TIMEOUT_S 10
+#define DEFAULT_INGEST_RATE      1000
+#define DEFAULT_INGEST_BURST     2000
+#define MAX_HEADERS_BYTES        SRV_MAX_HEAD
 
 static const struct {
     enum evhttp_cmd_type cmd;
@@ -57,11 +63,28 @@ static void send_reply(void *arg, const tally_http_response *resp)
         evhttp_add_header(h, "X-Request-Id", resp->request_id);
     if (resp->allow[0])
         evhttp_add_header(h, "Allow", resp->allow);
+    if (resp->retry_after_s > 0) {
+        char secs[24];
+        snprintf(secs, sizeof secs, "%lld", (long long)resp->retry_after_s);
+        evhttp_add_header(h, "Retry-After", secs);
+    }
     if (resp->status == 401)
         evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"tally\"");
-    if (body && resp->body.len)
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        /* The GET's headers without its body: evhttp would send the body. */
+        char len[24];
+        snprintf(len, sizeof len, "%zu", resp->body.len);
+        evhttp_add_header(h, "Content-Length", len);
+    } else if (body && resp->body.len) {
         evbuffer_add(body, resp->body.data, resp->body.len);
+    }
+    /* evhttp adds the answer to the connection's filter (conn.c) while
+     * writing is disabled; flushing moves it on to the socket and counts it. */
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
     evhttp_send_reply(req, resp->status, NULL, body);
+    if (bev)
+        srv_conn_flush(bev);
     if (body)
         evbuffer_free(body);
 }
@@ -101,6 +124,14 @@ tally_err tally_server_create(const tally_server_opts *o, tally_server **out, ch
         return TALLY_NOMEM;
     }
     s->timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S;
+    s->ingest_limit.rate = o->ingest_rate == 0             ? DEFAULT_INGEST_RATE
+                           : o->ingest_rate < 0            ? 0
+                           : o->ingest_rate > SRV_RATE_MAX ? SRV_RATE_MAX
+                                                           : o->ingest_rate;
+    s->ingest_limit.burst = o->ingest_burst > 0                           ? o->ingest_burst
+                            : s->ingest_limit.rate > DEFAULT_INGEST_BURST ? s->ingest_limit.rate
+                                                                          : DEFAULT_INGEST_BURST;
+    s->header_timeout_s = o->header_timeout_s > 0 ? o->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S;
     tally_err e = tally_ledger_open(o->db_path, &s->ledger, why, cap);
     if (!e && (e = srv_request_prefix(s->id_prefix)) != TALLY_OK)
         snprintf(why, cap, "no randomness for request ids");
@@ -121,16 +152,22 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(arg);
 }
 
+static void on_libevent_log(int severity, const char *msg)
+{
+    tally_log(severity >= EVENT_LOG_ERR ? TALLY_LOG_ERR : TALLY_LOG_WARNING, "libevent", "%s", msg);
+}
+
 /* The event base, evhttp and signal events, made on first listen. */
 static tally_err make_loop(tally_server *s)
 {
     if (s->base)
         return TALLY_OK;
+    event_set_log_callback(on_libevent_log);
     s->base = event_base_new();
     s->http = s->base ? evhttp_new(s->base) : NULL;
     if (!s->http)
         return TALLY_NOMEM;
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)TRANSPORT_MAX_BODY);
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)SRV_TRANSPORT_MAX_BODY);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS_BYTES);
     evhttp_set_timeout(s->http, s->timeout_s);
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
@@ -140,6 +177,7 @@ static tally_err make_loop(tally_server *s)
      * client sees the answer instead of a reset connection. */
     evhttp_set_flags(s->http, EVHTTP_SERVER_LINGERING_CLOSE);
     evhttp_set_gencb(s->http, on_request, s);
+    srv_conn_install(s);
     s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s->base);
     s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s->base);
     if (!s->sig_int || !s->sig_term || event_add(s->sig_int, NULL) || event_add(s->sig_term, NULL))
@@ -197,6 +235,10 @@ tally_err tally_server_listen(tally_server *s, const char *listen, char *bound, 
         snprintf(why, why_cap, "cannot listen on %s:%u", host, (unsigned)port);
         return TALLY_IO;
     }
+    if (srv_accept_guard_install(s, evhttp_bound_socket_get_listener(bs)) != TALLY_OK) {
+        snprintf(why, why_cap, "out of memory");
+        return TALLY_NOMEM;
+    }
     struct sockaddr_storage ss = {.ss_family = AF_INET};
     socklen_t sl = sizeof ss;
     char addr[INET6_ADDRSTRLEN] = "?";
@@ -231,6 +273,7 @@ void tally_server_destroy(tally_server *s)
     srv_kafka_destroy(s->kafka); /* answers requests still waiting, through evhttp */
     if (s->http)
         evhttp_free(s->http);
+    srv_accept_guard_release(s);
     if (s->sig_int)
         event_free(s->sig_int);
     if (s->sig_term)
@@ -240,6 +283,7 @@ void tally_server_destroy(tally_server *s)
     tally_ledger_close(s->ledger);
     srv_keyring_release(&s->keys);
     srv_metrics_release(&s->metrics);
+    srv_ratelimit_release(&s->ingest_limit);
     free(s->topic);
     free(s);
 }

@@ -38,6 +38,7 @@ typedef struct srv_metrics {
     srv_reason_count *reasons; /* quarantine counts by reason, ledger-wide */
     size_t n_reasons;
     int64_t reasons_after_id; /* quarantine rows counted so far end here */
+    int64_t rate_limited;     /* ingest requests answered 429 */
 } srv_metrics;
 
 void srv_metrics_release(srv_metrics *m);
@@ -91,15 +92,88 @@ srv_auth_result srv_authenticate(tally_ledger *l, srv_keyring *k, const char *he
 /* SHA-256 of a key's text. */
 void srv_key_hash(const char *key, size_t len, unsigned char out[32]);
 
+/* ---- Ingest rate limits (ratelimit.c) ------------------------------------- */
+
+#define SRV_RATE_MAX 1000000 /* events a second, the most --ingest-rate takes */
+
+typedef struct srv_bucket {
+    int64_t key_id;
+    int64_t tokens_milli; /* thousandths of an event */
+    int64_t at_us;        /* when tokens_milli was last refilled */
+} srv_bucket;
+
+typedef struct srv_ratelimit {
+    int64_t rate;        /* events a second per key; 0: no limit */
+    int64_t burst;       /* bucket size in events */
+    srv_bucket *buckets; /* sorted by key_id */
+    size_t n, alloc;
+} srv_ratelimit;
+
+/* Takes events tokens from key_id's bucket at now_us. Returns 0 if they were
+ * there (and are taken), else the seconds to wait before retrying (nothing
+ * taken). */
+int64_t srv_ratelimit_take(srv_ratelimit *rl, int64_t key_id, int64_t events, int64_t now_us);
+void srv_ratelimit_release(srv_ratelimit *rl);
+
 /* ---- The server ----------------------------------------------------------- */
 
 typedef struct srv_kafka srv_kafka;
+
+/* ---- The raw connection (head.c, conn.c) --------------------------------- */
+
+#define SRV_MAX_HEAD           (16 * 1024) /* request line and headers */
+#define SRV_MAX_TARGET         8192
+#define SRV_TRANSPORT_MAX_BODY (4 * TALLY_HTTP_MAX_BODY)
+
+/* What srv_head_check found in one request head. */
+typedef struct srv_head {
+    int status;       /* 0: acceptable; else the status to answer */
+    const char *code; /* the error code of the JSON body */
+    char msg[160];
+    bool has_length, chunked;
+    bool http10, conn_close, conn_keep_alive;
+    bool close; /* the client wants the connection closed after the answer */
+    uint64_t content_length;
+    int n_authorization;
+} srv_head;
+
+/* Checks a complete request head (request line, headers, blank line) of n
+ * bytes: method, target, version, Content-Length, Transfer-Encoding and
+ * repeated Authorization. Returns 0 or the status to refuse it with. */
+int srv_head_check(const char *p, size_t n, srv_head *h);
+/* Length of the head at p (through its blank line), or 0 if incomplete. */
+size_t srv_head_end(const char *p, size_t n);
+/* Whether a header line is a Connection header. */
+bool srv_head_is_connection(const char *line, size_t len);
+
+typedef struct srv_accept_guard {
+    struct evconnlistener *listener;
+    struct event *resume;
+    int64_t last_log_us;
+    int64_t suppressed;
+} srv_accept_guard;
+
+/* Installs the head check and deadline on every connection of s->http
+ * (evhttp_set_bevcb). */
+void srv_conn_install(tally_server *s);
+struct bufferevent;
+struct evconnlistener;
+/* After each answer given to evhttp: sends it on and counts it. */
+void srv_conn_flush(struct bufferevent *bev);
+/* Rate-limits accept errors of the listener and pauses accepting while file
+ * descriptors run out. Errors: TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err srv_accept_guard_install(tally_server *s, struct evconnlistener *lev);
+/* Frees what srv_accept_guard_install made. */
+void srv_accept_guard_release(tally_server *s);
 
 struct tally_server {
     tally_ledger *ledger;
     char *topic; /* with brokers */
     srv_kafka *kafka;
     int timeout_s;
+    int header_timeout_s;
+    srv_accept_guard accept_guard;
+    srv_ratelimit ingest_limit;
     char id_prefix[17]; /* random per process: request ids stay unique across restarts */
     uint64_t next_request;
     srv_keyring keys;

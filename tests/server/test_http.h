@@ -75,6 +75,8 @@ static inline void fx_ledger(http_fixture *f, const char *tag)
     tally_buf_init(&out, 0);
     fx_tally_ok(f, &out, "init >/dev/null");
     fx_tally_ok(f, &out, "keygen >/dev/null");
+    fx_tally_ok(f, &out, "account set acme >/dev/null");
+    fx_tally_ok(f, &out, "account set globex >/dev/null");
     tally_buf_release(&out);
     fx_key(f, "--admin", f->admin);
     fx_key(f, "--account acme", f->acme);

@@ -76,12 +76,14 @@ TALLY_MUST_CHECK tally_err tally_invoice_list(tally_ledger *l, const char *accou
 
 typedef enum tally_usage_by { TALLY_BY_SKU = 0, TALLY_BY_DAY, TALLY_BY_METER } tally_usage_by;
 
+#define TALLY_USAGE_MAX_DAYS 400 /* the most days a report by day covers */
+
 /* Appends a JSON object of the account's usage in [from_s, to_s) grouped
  * by sku, day (account's time zone) or meter, each group with its quantity
  * and running charges (rated as a draft would rate them, before credits):
  * {"account","currency","from","to","by","groups":[{"key","meter","quantity",
  *  "unit","amount"}],"total"}. Errors: TALLY_NOT_FOUND (account), TALLY_INVAL
- * (from_s >= to_s, or more than 400 days by day), TALLY_DB. */
+ * (from_s >= to_s, or more than TALLY_USAGE_MAX_DAYS days by day), TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_usage_report(tally_ledger *l, const char *account, int64_t from_s,
                                               int64_t to_s, tally_usage_by by, tally_buf *out);
 

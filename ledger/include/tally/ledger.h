@@ -140,6 +140,10 @@ TALLY_MUST_CHECK tally_err tally_batch_set_offset(tally_batch *b, const char *to
                                                   int32_t partition, int64_t expected_next,
                                                   int64_t new_next);
 
+/* The API key (api_keys.id) that sent what the batch holds, stored with
+ * every row it quarantines; 0 (the default) stores none (file, Kafka). */
+void tally_batch_set_key_id(tally_batch *b, int64_t key_id);
+
 /* Number of events and rejects queued. */
 size_t tally_batch_count(const tally_batch *b);
 
@@ -202,6 +206,7 @@ typedef struct tally_quarantine_row {
     const char *origin, *reason;
     const void *raw;
     size_t raw_len;
+    int64_t key_id; /* the API key that sent it; 0: none (file, Kafka, older rows) */
 } tally_quarantine_row;
 typedef tally_err (*tally_quarantine_fn)(void *ctx, const tally_quarantine_row *q);
 

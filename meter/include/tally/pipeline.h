@@ -64,6 +64,10 @@ typedef struct tally_pipeline tally_pipeline;
  * Errors: TALLY_NOMEM, from tally_batch_create. */
 TALLY_MUST_CHECK tally_err tally_pipeline_create(tally_ledger *l, size_t batch_max,
                                                  tally_pipeline **out);
+/* The API key that sends what is queued from now on (HTTP ingest); stored
+ * with the rows it quarantines (tally_batch_set_key_id). Optional: file
+ * and Kafka paths leave it 0, none. */
+void tally_pipeline_set_key_id(tally_pipeline *p, int64_t key_id);
 /* Discards what is not committed; accepts NULL. */
 void tally_pipeline_destroy(tally_pipeline *p);
 

@@ -64,12 +64,33 @@
  * body over 1 MiB or more than 1,000 events, 503 ledger busy or Kafka
  * delivery failed. Connections idle or slow for timeout_s are closed.
  *
+ * Before evhttp sees a request, its head is checked on the raw connection
+ * (server/conn.c): it must be complete within header_timeout_s of its first
+ * byte (else 408), and what libevent would answer with its own HTML page is
+ * answered with the JSON error above and the connection closed: 501 unknown
+ * or lowercase method (TRACE, CONNECT, "get"), 505 an HTTP version other
+ * than 1.0/1.1, 400 a malformed request line, header or Content-Length, a
+ * repeated Content-Length or Authorization header, or Content-Length with
+ * Transfer-Encoding; 501 a Transfer-Encoding other than chunked, 413 a
+ * Content-Length over 4 MiB, 414 a request line and 431 a head over 16 KiB.
+ * HEAD works wherever GET does (the GET's headers, no body); absolute-form
+ * targets ("GET http://host/v1/...") are served as their path. When file
+ * descriptors run out, accepting pauses for 200 ms and the warning is
+ * logged at most once a second with the count of those suppressed.
+ *
  * /metrics needs no key: it holds totals only, never account ids. It has
  * tally_http_responses_total{class}, tally_http_events_total{result},
  * tally_batch_commit_seconds (histogram of this server's ingest commits),
  * tally_ledger_events, tally_ledger_quarantined_total{reason} (ledger-wide,
  * counted incrementally), and with --brokers tally_consumer_lag{topic,
- * partition} (broker high watermark minus the offset stored in the ledger).
+ * partition} (broker high watermark minus the offset stored in the ledger),
+ * and tally_http_rate_limited_total (event requests answered 429).
+ *
+ * Event ingest is rate-limited per API key (a token bucket per key id: rate
+ * events a second, bursts of burst; see tally_server_opts): a request with
+ * more events than its key's bucket holds is answered 429 "rate_limited"
+ * with Retry-After in seconds, and nothing of it is stored or quarantined.
+ * Each quarantined row records the id of the key that sent it.
  */
 #ifndef TALLY_SERVER_H
 #define TALLY_SERVER_H
@@ -89,10 +110,15 @@
 typedef struct tally_server tally_server;
 
 typedef struct tally_server_opts {
-    const char *db_path; /* the ledger (required) */
-    const char *brokers; /* NULL: events go straight into the ledger */
-    const char *topic;   /* required with brokers */
-    int timeout_s;       /* read/write timeout of a connection; 0: 30 s */
+    const char *db_path;  /* the ledger (required) */
+    const char *brokers;  /* NULL: events go straight into the ledger */
+    const char *topic;    /* required with brokers */
+    int timeout_s;        /* read/write timeout of a connection; 0: 30 s */
+    int header_timeout_s; /* deadline for a whole request head; 0: 10 s */
+    /* Event ingest per API key (token bucket): events a second (0: 1,000;
+     * negative: no limit) and the bucket size (0: the larger of 2,000 and
+     * the rate). Past it, POST /v1/events answers 429 with Retry-After. */
+    int64_t ingest_rate, ingest_burst;
 } tally_server_opts;
 
 /* Opens the ledger (applying migrations) and, with brokers, creates the
@@ -135,6 +161,7 @@ typedef struct tally_http_response {
     const char *content_type; /* static string */
     char allow[48];           /* the Allow header of a 405; else "" */
     char request_id[40];      /* also sent as X-Request-Id */
+    int64_t retry_after_s;    /* > 0: the Retry-After header of a 429 */
     tally_buf body;
 } tally_http_response;
 
