@@ -167,9 +167,10 @@ static bool in_scope(srv_call *c, const srv_route *r)
  * the authority; "" for none. Origin-form targets are returned as they are. */
 static const char *origin_form(const char *uri)
 {
-    size_t skip = strncasecmp(uri, "http://", 7) == 0    ? 7
-                  : strncasecmp(uri, "https://", 8) == 0 ? 8
-                                                         : 0;
+    static const char http[] = "http://", https[] = "https://";
+    size_t skip = strncasecmp(uri, http, sizeof http - 1) == 0     ? sizeof http - 1
+                  : strncasecmp(uri, https, sizeof https - 1) == 0 ? sizeof https - 1
+                                                                   : 0;
     if (!skip)
         return uri;
     const char *path = uri + skip + strcspn(uri + skip, "/?");
@@ -178,7 +179,7 @@ static const char *origin_form(const char *uri)
 
 static srv_outcome dispatch(srv_call *c)
 {
-    const char *uri = origin_form(c->req->uri ? c->req->uri : "");
+    const char *uri = c->req->uri ? origin_form(c->req->uri) : "";
     const char *q = strchr(uri, '?');
     size_t path_len = q ? (size_t)(q - uri) : strlen(uri);
     if (q) {

@@ -287,7 +287,7 @@ static tally_err note_key(void *ctx, const tally_quarantine_row *q)
     return TALLY_OK;
 }
 
-/* Ten events that do not decode, for one tenant. */
+/* Ten events that do not decode. */
 static void bad_events(char *out, size_t cap)
 {
     size_t at = 0;
@@ -306,21 +306,21 @@ static void test_ingest_rate_limit(void **state)
     char body[512];
     bad_events(body, sizeof body);
     http_answer a;
-    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, body), 200);
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.ingest, body), 200);
     assert_contains(&a.body, "quarantined");
     http_done(&a);
-    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, "[{\"bad\":1}]"), 429);
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.ingest, "[{\"bad\":1}]"), 429);
     assert_contains(&a.headers, "Retry-After: 1");
     assert_contains(&a.body, "\"code\":\"rate_limited\"");
     http_done(&a);
     /* Another key has its own bucket. */
-    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.globex, body), 200);
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.admin, body), 200);
     http_done(&a);
     assert_int_equal(http_get(&fx, &a, "/metrics", NULL), 200);
     assert_contains(&a.body, "tally_http_rate_limited_total 1\n");
     http_done(&a);
     usleep(1100 * 1000); /* two tokens back at 2 a second */
-    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.acme, "[{\"bad\":2}]"), 200);
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/events", fx.ingest, "[{\"bad\":2}]"), 200);
     http_done(&a);
     tally_ledger *l = NULL;
     char why[256];
@@ -329,7 +329,7 @@ static void test_ingest_rate_limit(void **state)
     assert_int_equal(tally_ledger_quarantine_each(l, "http:", note_key, &k), TALLY_OK);
     tally_ledger_close(l);
     assert_int_equal(k.n_rows, 21);
-    assert_int_equal(k.n_ids, 2); /* acme's key and globex's key, never none */
+    assert_int_equal(k.n_ids, 2); /* the ingest key and the admin key, never none */
     assert_true(k.ids[0] > 0 && k.ids[1] > 0 && k.ids[0] != k.ids[1]);
 }
 
