@@ -53,7 +53,9 @@ admin=$(t apikey create --admin 2>/dev/null | tail -1)
 acme=$(t apikey create --account acme-ai 2>/dev/null | tail -1)
 rival=$(t apikey create --account rival 2>/dev/null | tail -1)
 host=$(t apikey create --ingest --source //hosts/ 2>/dev/null | tail -1)
-t serve --listen 127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.err" &
+flood=$(t apikey create --ingest --source //flood/ 2>/dev/null | tail -1)
+t serve --listen 127.0.0.1:0 --header-timeout 2 --ingest-rate 50 --ingest-burst 50 \
+  >"$work/serve.out" 2>"$work/serve.err" &
 serve_pid=$!
 for _ in $(seq 50); do
   addr=$(head -1 "$work/serve.out" 2>/dev/null || true)
@@ -106,5 +108,97 @@ t verify >/dev/null || fail "4. verify fails after refused grants"
 ok "4. a grant of 92233720368547758.07: exit 2 and HTTP 400, nothing stored, verify passes"
 
 # ---- 5. late events and back-dated prices: tests/ledger/test_late.c -----------
+
+# ---- HTTP server: raw requests over loopback ----------------------------------
+# raw REQUEST: sends the bytes as they are, prints what comes back (5 s at most).
+raw() {
+  local host=${addr%:*} port=${addr##*:}
+  trap '' PIPE
+  exec 3<>"/dev/tcp/$host/$port"
+  printf '%b' "$1" >&3
+  timeout 5 cat <&3 || true
+  exec 3<&- 3>&-
+}
+json_error() { grep -q "^HTTP/1.1 $2" <<<"$1" && grep -q '{"error":{"code":' <<<"$1"; }
+
+# 8. one header byte every second, for longer than the head's deadline (2 s here)
+start=$(date +%s)
+trickle() {
+  trap '' PIPE # the server closes first: a write then fails instead of killing us
+  exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 0
+  for c in G E T ' ' / h e a l t h z; do
+    printf '%s' "$c" >&3 2>/dev/null || break
+    sleep 1
+  done
+  timeout 5 cat <&3 2>/dev/null || true
+  exec 3<&- 3>&-
+}
+slow=$( (trickle) 2>/dev/null || true)
+took=$(($(date +%s) - start))
+grep -q '^HTTP/1.1 408' <<<"$slow" || fail "8. a trickling request head got: $slow"
+[ "$took" -le 14 ] || fail "8. a trickling request head held its connection for ${took}s"
+ok "8. a request head trickling one byte a second: 408 at its deadline"
+
+# 9. descriptors running out: tests/server/test_http_hostile.c (test_out_of_fds)
+
+# 10. requests libevent would answer with its own HTML pages
+declare -A want=(
+  ["TRACE / HTTP/1.1\r\nHost: x\r\n\r\n"]=501
+  ["CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\n"]=501
+  ["get /healthz HTTP/1.1\r\nHost: x\r\n\r\n"]=501
+  ["GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n"]=505
+  ["POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"]=400
+  ["POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"]=400
+  ["GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n"]=400
+)
+for req in "${!want[@]}"; do
+  got=$(raw "$req")
+  json_error "$got" "${want[$req]}" || fail "10. $(head -c 40 <<<"$req") got: $(head -3 <<<"$got")"
+done
+long=$(head -c 100000 /dev/zero | tr '\0' a)
+got=$(raw "GET /$long HTTP/1.1\r\nHost: x\r\n\r\n")
+json_error "$got" 414 || fail "10. a 100 KB path got: $(head -3 <<<"$got")"
+got=$(raw "HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+grep -q '^HTTP/1.1 200' <<<"$got" && ! grep -q '"status"' <<<"$got" ||
+  fail "10. HEAD /healthz got: $got"
+got=$(raw "GET http://$addr/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+grep -q '^HTTP/1.1 200' <<<"$got" || fail "10. an absolute-form target got: $(head -3 <<<"$got")"
+ok "10. TRACE, CONNECT, lowercase, HTTP/9.9, bad lengths, two Authorization headers, 100 KB path: JSON errors; HEAD and absolute-form answered"
+
+# 11. one key flooding the quarantine
+bad=$(printf '{"bad":%d},' $(seq 40))
+post "$flood" /v1/events "[${bad%,}]"
+[ "$code" = 200 ] || fail "11. the first 40 bad events got $code"
+post "$flood" /v1/events "[${bad%,}]"
+[ "$code" = 429 ] && grep -qi '^Retry-After' < <(curl -sS --max-time 10 -D - -o /dev/null \
+  -H "Authorization: Bearer $flood" --data-binary "[${bad%,}]" "http://$addr/v1/events") ||
+  fail "11. a key over its ingest rate got $code: $body"
+flood_id=$(t apikey list | awk '/ingest/ && /\/\/flood\// {print $1}')
+[ "$(count "SELECT count(*) FROM quarantine WHERE key_id = $flood_id")" = 40 ] ||
+  fail "11. quarantined rows do not name the key that sent them"
+ok "11. a key over its ingest rate: 429 with Retry-After; its quarantined rows name it"
+
+# 12. smaller refusals
+set +e
+t apikey create --account nobody >/dev/null 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] || fail "12. apikey create --account for a missing account exited $rc"
+code=$(curl -sS --max-time 10 -o "$work/resp" -w '%{http_code}' -H "Authorization: Bearer $admin" \
+  "http://$addr/v1/accounts/acme-ai/usage?from=2024-01-01T00:00:00Z&to=2026-01-01T00:00:00Z&by=day")
+[ "$code" = 400 ] && grep -q 'at most' "$work/resp" || fail "12. a 2-year report by day got $code: $(cat "$work/resp")"
+t invoice run --period 2026-03 --finalize >/dev/null
+inv=$(count "SELECT id FROM invoices WHERE account = 'acme-ai' AND doc_type = 'invoice' LIMIT 1")
+t invoice void "$inv" --reason "replay" >/dev/null
+cn=$(count "SELECT id FROM invoices WHERE doc_type = 'credit_note' LIMIT 1")
+for id in "$inv" "$cn"; do
+  set +e
+  t invoice void "$id" --reason "again" >/dev/null 2>&1
+  rc=$?
+  set -e
+  [ "$rc" = 2 ] || fail "12. voiding $id again exited $rc"
+done
+t verify >/dev/null || fail "12. verify fails after the refusals"
+ok "12. a key for a missing account, a 2-year report by day, voiding a void invoice or a credit note: refused, verify passes"
 
 ok "replayed every attempt in $work"
