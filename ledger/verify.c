@@ -20,6 +20,7 @@
  * Everything is read in one read transaction, so a concurrent writer cannot
  * make a consistent ledger look inconsistent. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 typedef struct vctx {
     tally_ledger *l;
     const char *key_path;
+    tally_keyring *keys; /* loaded with the first document */
     char *why;
     size_t cap;
     int64_t n_docs;
@@ -350,7 +352,11 @@ static const char k_sig[] = "\",\"signature\":\"";
 typedef struct vdoc_parts {
     size_t body_len; /* bytes before `,"hash"` */
     char hash[65], prev[65], sig[129];
+    char key_id[TALLY_KEY_ID_LEN + 1]; /* "" in documents from before key ids */
 } vdoc_parts;
+
+static const char k_key[] = ",\"key_id\":\"";
+#define KEY_LEN (sizeof k_key - 1 + TALLY_KEY_ID_LEN + 1)
 
 static int all_hex(const char *s, size_t n)
 {
@@ -381,6 +387,13 @@ static int split_doc(const char *d, size_t len, vdoc_parts *p)
     p->sig[128] = '\0';
     memcpy(p->prev, pv + sizeof k_prev - 1, 64);
     p->prev[64] = '\0';
+    p->key_id[0] = '\0';
+    const char *kv = pv - KEY_LEN;
+    if (pv - d > (ptrdiff_t)KEY_LEN && memcmp(kv, k_key, sizeof k_key - 1) == 0 && pv[-1] == '"' &&
+        all_hex(kv + sizeof k_key - 1, TALLY_KEY_ID_LEN)) {
+        memcpy(p->key_id, kv + sizeof k_key - 1, TALLY_KEY_ID_LEN);
+        p->key_id[TALLY_KEY_ID_LEN] = '\0';
+    }
     return 0;
 }
 
@@ -429,9 +442,17 @@ static tally_err check_chain(vctx *v, const vdoc_row *r)
         return fail(v, TALLY_TAMPERED, "%s %s: prev_hash does not link to the hash of %s", label(r),
                     r->id, r->prev_id);
     }
-    tally_err err = tally_verify_hash(v->key_path, r->hash, r->signature);
+    tally_err err = tally_keyring_verify(v->keys, p.key_id, r->hash, r->signature);
+    if (err == TALLY_NOT_FOUND)
+        return fail(v, TALLY_TAMPERED,
+                    "%s %s: signed with key %s, which is not among the keys of %s "
+                    "(see 'tally pubkey --all')",
+                    label(r), r->id, p.key_id, v->key_path);
+    if (err == TALLY_TAMPERED && p.key_id[0])
+        return fail(v, err, "%s %s: signature does not verify with its key %s", label(r), r->id,
+                    p.key_id);
     if (err == TALLY_TAMPERED)
-        return fail(v, err, "%s %s: signature does not verify with the key %s", label(r), r->id,
+        return fail(v, err, "%s %s: signature does not verify with any key of %s", label(r), r->id,
                     v->key_path);
     if (err != TALLY_OK)
         return fail(v, err, "%s %s: cannot check the signature with %s: %s", label(r), r->id,
@@ -540,14 +561,13 @@ static tally_err check_document(vctx *v, const vdoc_row *r)
 
 static tally_err key_usable(vctx *v)
 {
-    tally_buf pem;
-    tally_buf_init(&pem, 0);
-    tally_err err = tally_pubkey_pem(v->key_path, &pem);
-    tally_buf_release(&pem);
+    if (v->keys)
+        return TALLY_OK;
+    tally_err err = tally_keyring_load(v->key_path, &v->keys);
     if (err == TALLY_NOT_FOUND)
         return fail(v, TALLY_NOT_FOUND,
                     "signing key %s: not found; verification of signatures needs the public key "
-                    "(pass --key with the signing key or the PEM printed by 'tally pubkey')",
+                    "(pass --key with the signing key or the PEM printed by 'tally pubkey --all')",
                     v->key_path);
     if (err != TALLY_OK)
         return fail(v, TALLY_CRYPTO, "signing key %s: not an Ed25519 private or public key PEM",
@@ -641,5 +661,6 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     if (err == TALLY_OK)
         err = summary(&v);
     sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
+    tally_keyring_destroy(v.keys);
     return err;
 }

@@ -147,8 +147,65 @@ static void test_verify_real_ledger(void **state)
     /* another key: the first document is named */
     assert_int_equal(tally(&out, "tally.db", "k3.key", "keygen"), 0);
     assert_int_equal(tally(&out, "tally.db", "k3.key", "verify"), 1);
-    assert_non_null(strstr(out.data, "invoice INV-2026-000001: signature does not verify"));
+    assert_non_null(strstr(out.data, "invoice INV-2026-000001: signed with key "));
+    assert_non_null(strstr(out.data, "which is not among the keys of k3.key"));
     tally_buf_release(&out);
+}
+
+/* Item 7 of issue 14: `keygen --force` used to make every old invoice fail
+ * verification. Now the old public key is kept; old documents verify with
+ * it, new ones are signed with the new key and name it. */
+static void test_key_rotation_keeps_old_documents_valid(void **state)
+{
+    (void)state;
+    tally_buf out, ids;
+    tally_buf_init(&out, 0);
+    tally_buf_init(&ids, 0);
+    assert_int_equal(tu_sh(NULL,
+                           "cd '%s' && rm -f rot.db* rot.key* && cp tally.db rot.db && "
+                           "cp tally.key rot.key && cp tally.key.pubkeys rot.key.pubkeys",
+                           dir),
+                     0);
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "pubkey --all"), 0);
+    const char *old_id = strstr(out.data, "key id ");
+    assert_non_null(old_id);
+    char old[17];
+    snprintf(old, sizeof old, "%s", old_id + 7);
+    assert_non_null(strstr(strstr(out.data, "-----BEGIN"), "-----END PUBLIC KEY-----"));
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "keygen --force"), 0);
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "verify"), 0);
+    assert_non_null(strstr(out.data, "4 documents chained and signed"));
+    /* both keys listed, the new one first; the list alone verifies */
+    assert_int_equal(tally(&ids, "rot.db", "rot.key", "pubkey --all > rot.all.pem"), 0);
+    tally_buf_reset(&ids);
+    assert_int_equal(tu_sh(&ids, "cd '%s' && grep -c '^key id ' rot.all.pem", dir), 0);
+    assert_string_equal(ids.data, "2\n");
+    tally_buf_reset(&ids);
+    assert_int_equal(tu_sh(&ids, "cd '%s' && sed -n 1p rot.all.pem", dir), 0);
+    assert_true(strncmp(ids.data, "key id ", 7) == 0);
+    assert_null(strstr(ids.data, old));
+    assert_int_equal(tally(&out, "rot.db", "rot.all.pem", "verify"), 0);
+    /* a new document names the new key */
+    assert_int_equal(
+        tally(&out, "rot.db", "rot.key", "invoice void INV-2026-000002 --reason rotated"), 0);
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "invoice show CN-2026-000002 --format json"),
+                     0);
+    char want[40];
+    snprintf(want, sizeof want, "\"key_id\":\"%.16s\"", ids.data + 7);
+    assert_non_null(strstr(out.data, want));
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "invoice show INV-2026-000001 --format json"),
+                     0);
+    snprintf(want, sizeof want, "\"key_id\":\"%s\"", old);
+    assert_non_null(strstr(out.data, want));
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "verify"), 0);
+    assert_non_null(strstr(out.data, "5 documents chained and signed"));
+    /* without the kept keys the old documents cannot be checked, and say so */
+    assert_int_equal(tu_sh(NULL, "cd '%s' && rm rot.key.pubkeys", dir), 0);
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "verify"), 1);
+    snprintf(want, sizeof want, "signed with key %s", old);
+    assert_non_null(strstr(out.data, want));
+    tally_buf_release(&out);
+    tally_buf_release(&ids);
 }
 
 /* Copies the ledger, applies sql with the sqlite3 tool, runs tally verify:
@@ -311,6 +368,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keygen_and_pubkey),
         cmocka_unit_test(test_verify_real_ledger),
+        cmocka_unit_test(test_key_rotation_keeps_old_documents_valid),
         cmocka_unit_test(test_tampering_is_caught),
         cmocka_unit_test(test_page_commands_verify_real_invoice),
         cmocka_unit_test(test_page_renders_in_chromium),
