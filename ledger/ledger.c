@@ -278,7 +278,9 @@ tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why, siz
         tally_ledger_close(l);
         return e;
     }
-    tally_err e = apply_pragmas(l, why, cap);
+    tally_err e = ledger_chain_register(l->db);
+    if (e == TALLY_OK)
+        e = apply_pragmas(l, why, cap);
     if (e == TALLY_OK)
         e = migrate(l, why, cap);
     if (e != TALLY_OK) {

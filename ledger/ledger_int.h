@@ -569,4 +569,33 @@ tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d);
 tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account, const char *period,
                           const char *doc, size_t len, char *why, size_t cap);
 
+/* ---- The ledger's own chain (chain.c, verify_chain.c) -------------------- */
+
+/* Registers tally_canon() and tally_sha256(), which the chain's triggers
+ * (schemas/008_chain.sql) call, on db. */
+tally_err ledger_chain_register(sqlite3 *db);
+
+/* One run of tally_ledger_verify (verify.c): the ledger, the keys, and where
+ * the first problem is described. */
+typedef struct vctx {
+    tally_ledger *l;
+    const char *key_path;
+    struct tally_keyring *keys; /* loaded on first use (verify_keys) */
+    char *why;
+    size_t cap;
+    int64_t n_docs;
+    int64_t n_chain; /* entries of the ledger chain */
+} vctx;
+
+/* Describes the failure in v->why (printf-style) and returns err. */
+tally_err verify_fail(vctx *v, tally_err err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Runs a query whose first row, if any, describes a violation in its first
+ * column: TALLY_TAMPERED with that text. */
+tally_err verify_sql(vctx *v, const char *sql);
+/* Loads v->keys from v->key_path once, or says what is missing. */
+tally_err verify_keys(vctx *v);
+/* The chain's checks (verify_chain.c). */
+tally_err verify_chain(vctx *v);
+
 #endif

@@ -16,7 +16,11 @@
  *      hash, has a valid signature, and adds up (lines to subtotal, credits to
  *      total_credits, subtotal - credits to amount_due) with the same totals
  *      as its row;
- *   7. the invoice_lines and invoice_credits rows agree with the totals.
+ *   7. the invoice_lines and invoice_credits rows agree with the totals;
+ *   8. each document's entry posts its signed totals (receivable = amount
+ *      due, grants = credits);
+ *   9. the ledger's own chain (verify_chain.c): links, every covered row
+ *      unchanged since its entry, no covered row outside the chain.
  * Everything is read in one read transaction, so a concurrent writer cannot
  * make a consistent ledger look inconsistent. */
 #include <stdarg.h>
@@ -33,19 +37,9 @@
 
 #define ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
 
-typedef struct vctx {
-    tally_ledger *l;
-    const char *key_path;
-    tally_keyring *keys; /* loaded with the first document */
-    char *why;
-    size_t cap;
-    int64_t n_docs;
-} vctx;
+#define fail verify_fail
 
-static tally_err fail(vctx *v, tally_err err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static tally_err fail(vctx *v, tally_err err, const char *fmt, ...)
+tally_err verify_fail(vctx *v, tally_err err, const char *fmt, ...)
 {
     if (v->cap > 0) {
         va_list ap;
@@ -126,7 +120,7 @@ static int next_schema_trigger(const char **pos, char *name, size_t cap, const c
     return 1;
 }
 
-#define MAX_TRIGGERS 64
+#define MAX_TRIGGERS 128
 
 typedef struct want_trigger {
     char name[96];
@@ -291,10 +285,27 @@ static const char *const sql_checks_rows[] = {
     "' (minor units)' FROM (SELECT i.*, (SELECT coalesce(sum(amount_minor), 0) FROM "
     "invoice_credits c WHERE c.invoice_seq = i.seq) s FROM invoices i) "
     "WHERE s != credits_minor ORDER BY seq LIMIT 1",
+    /* 8. postings against each signed document's totals (the row's totals
+     * were checked against the signed document in 6) */
+    "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
+    "': no ' || CASE doc_type WHEN 'invoice' THEN 'invoice' ELSE 'void' END || ' entry posts "
+    "it' FROM invoices i WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.ref = i.id AND "
+    "e.kind = CASE i.doc_type WHEN 'invoice' THEN 'invoice' ELSE 'void' END) ORDER BY seq "
+    "LIMIT 1",
+    "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
+    "': entry ' || eid || ' posts ' || r || ' to receivable:' || account || ' and ' || g || "
+    "' to its grants, but the signed document says amount due ' || amount_due_minor || "
+    "' and credits ' || credits_minor || ' (minor units)' FROM (SELECT i.*, e.id eid, "
+    "(SELECT coalesce(sum(p.debit_minor - p.credit_minor), 0) FROM postings p WHERE "
+    "p.entry_id = e.id AND p.ledger_acct = 'receivable:' || i.account) r, (SELECT "
+    "coalesce(sum(p.debit_minor - p.credit_minor), 0) FROM postings p WHERE p.entry_id = e.id "
+    "AND p.ledger_acct LIKE 'grant:%') g FROM invoices i JOIN entries e ON e.ref = i.id AND "
+    "e.kind IN ('invoice', 'void')) WHERE r != amount_due_minor OR g != credits_minor "
+    "ORDER BY seq LIMIT 1",
     NULL,
 };
 
-static tally_err run_sql_check(vctx *v, const char *sql)
+tally_err verify_sql(vctx *v, const char *sql)
 {
     sqlite3_stmt *st;
     tally_err err = ledger_prepare(v->l, sql, &st);
@@ -313,7 +324,7 @@ static tally_err run_sql_list(vctx *v, const char *const *list)
 {
     tally_err err = TALLY_OK;
     for (size_t i = 0; err == TALLY_OK && list[i]; i++)
-        err = run_sql_check(v, list[i]);
+        err = verify_sql(v, list[i]);
     return err;
 }
 
@@ -559,7 +570,7 @@ static tally_err check_document(vctx *v, const vdoc_row *r)
     return err == TALLY_OK ? check_content(v, r) : err;
 }
 
-static tally_err key_usable(vctx *v)
+tally_err verify_keys(vctx *v)
 {
     if (v->keys)
         return TALLY_OK;
@@ -589,7 +600,7 @@ static tally_err check_documents(vctx *v)
     int rc;
     while (err == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (v->n_docs == 0)
-            err = key_usable(v);
+            err = verify_keys(v);
         vdoc_row row = {
             .id = col_text(st, 1),
             .credit_note = strcmp(col_text(st, 2), "credit_note") == 0,
@@ -624,7 +635,8 @@ static tally_err check_documents(vctx *v)
 typedef tally_err (*check_fn)(vctx *v);
 
 static const check_fn checks[] = {
-    check_integrity, check_triggers, check_ledger_sql, check_documents, check_rows_sql,
+    check_integrity, check_triggers, check_ledger_sql,
+    check_documents, check_rows_sql, verify_chain,
 };
 
 static tally_err summary(vctx *v)
