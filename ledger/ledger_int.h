@@ -597,5 +597,7 @@ tally_err verify_sql(vctx *v, const char *sql);
 tally_err verify_keys(vctx *v);
 /* The chain's checks (verify_chain.c). */
 tally_err verify_chain(vctx *v);
+/* The signed heads held as ledger.head outbox events (chain_head.c). */
+tally_err verify_heads(vctx *v);
 
 #endif

@@ -110,5 +110,5 @@ tally_err verify_chain(vctx *v)
             err = verify_sql(v, sql.data);
     }
     tally_buf_release(&sql);
-    return err;
+    return err == TALLY_OK ? verify_heads(v) : err;
 }

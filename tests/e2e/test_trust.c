@@ -419,6 +419,69 @@ static void test_chain_catches_hidden_edits(void **state)
     tally_buf_release(&out);
 }
 
+/* `tally head` and `tally verify --head FILE`: a saved head catches what
+ * leaves a consistent but shorter chain: a rollback of the file to an
+ * older copy, and the last writes deleted with their chain entries. */
+static void test_signed_head(void **state)
+{
+    (void)state;
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tu_sh(NULL,
+                           "cd '%s' && rm -f hd*.db* && cp tally.db hd.db && cp tally.db "
+                           "hd_old.db",
+                           dir),
+                     0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "head > h1.json"), 0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head h1.json"), 0);
+    assert_non_null(strstr(out.data, "signed head in h1.json still holds"));
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "credit grant acme 5.00 --kind coupon"), 0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "head > h2.json"), 0);
+    assert_int_equal(tu_sh(&out, "cd '%s' && cat h2.json", dir), 0);
+    assert_non_null(strstr(out.data, "{\"type\":\"ledger.head\",\"seq\":"));
+    assert_non_null(strstr(out.data, "\"key_id\":\""));
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head h2.json"), 0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head h1.json"), 0);
+    /* the file rolled back to the copy from before the grant */
+    assert_int_equal(tally(&out, "hd_old.db", "tally.key", "verify"), 0);
+    assert_int_equal(tally(&out, "hd_old.db", "tally.key", "verify --head h2.json"), 1);
+    assert_non_null(strstr(out.data, "before the signed head (entries were removed or the file "
+                                     "was rolled back)"));
+    /* the grant deleted with its entry, postings, balances and chain entries */
+    assert_int_equal(
+        tu_sh(&out,
+              "cd '%s' && cp hd.db hd_cut.db && sqlite3 -bail hd_cut.db \"DROP TRIGGER "
+              "grants_no_delete; DROP TRIGGER entries_no_delete; DROP TRIGGER postings_no_delete; "
+              "DROP TRIGGER ledger_chain_no_delete; DELETE FROM postings WHERE entry_id = (SELECT "
+              "max(id) FROM entries); DELETE FROM entries WHERE id = (SELECT max(id) FROM "
+              "entries); DELETE FROM grants; DELETE FROM balances WHERE ledger_acct LIKE "
+              "'%%coupon' OR ledger_acct LIKE 'grant:%%'; DELETE FROM ledger_chain WHERE seq > "
+              "(SELECT seq FROM ledger_chain WHERE tbl = 'outbox' ORDER BY seq DESC LIMIT 1);\" "
+              "&& sqlite3 hd_cut.db .schema > /dev/null",
+              dir),
+        0);
+    /* put the triggers back as they were */
+    tally_buf fix;
+    tally_buf_init(&fix, 0);
+    trigger_text("grants_no_delete", &fix);
+    trigger_text("entries_no_delete", &fix);
+    trigger_text("postings_no_delete", &fix);
+    trigger_text("ledger_chain_no_delete", &fix);
+    write_file("fix.sql", fix.data);
+    assert_int_equal(tu_sh(&out, "cd '%s' && sqlite3 -bail hd_cut.db < fix.sql", dir), 0);
+    assert_int_equal(tally(&out, "hd_cut.db", "tally.key", "verify"), 0); /* consistent... */
+    assert_int_equal(tally(&out, "hd_cut.db", "tally.key", "verify --head h2.json"), 1);
+    assert_non_null(strstr(out.data, "before the signed head"));
+    /* a forged head */
+    assert_int_equal(tu_sh(NULL, "cd '%s' && sed 's/\"seq\":/\"seq\":1/' h1.json > h3.json", dir),
+                     0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head h3.json"), 1);
+    assert_non_null(strstr(out.data, "its signature does not verify"));
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head nothere.json"), 1);
+    tally_buf_release(&fix);
+    tally_buf_release(&out);
+}
+
 /* The invoice page written by `invoice run --out`: its printed commands,
  * run with standard tools on the document from `tally invoice show`. */
 static void test_page_commands_verify_real_invoice(void **state)
@@ -515,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_key_rotation_keeps_old_documents_valid),
         cmocka_unit_test(test_tampering_is_caught),
         cmocka_unit_test(test_chain_catches_hidden_edits),
+        cmocka_unit_test(test_signed_head),
         cmocka_unit_test(test_page_commands_verify_real_invoice),
         cmocka_unit_test(test_page_renders_in_chromium),
     };
