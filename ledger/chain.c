@@ -13,12 +13,23 @@
  *                             (reals never occur in Tally's tables; they
  *                             are refused).
  *   tally_sha256(x)           SHA-256 of the bytes of x, lower-case hex.
+ *   tally_qty_sum(x, m)       aggregate: the exact sum of x * m (x an integer
+ *                             or a decimal integer text, m an integer) as
+ *                             decimal text, in 128 bits: usage quantities
+ *                             (bytes x seconds) pass 64 bits.
+ *
+ * Usage is chained by batch totals, not row by row: each ingest commit
+ * writes one usage_batches row per meter it added usage to (events and
+ * quantity), and verify checks that the batches' totals add up to what the
+ * usage tables hold (ledger_chain_count, ledger_chain_batch).
  *
  * Both are deterministic and innocuous, so they may run in triggers. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "ledger_int.h"
+#include "tally/money.h"
 #include "tally/sign.h"
 
 static tally_err canon_value(tally_buf *b, sqlite3_value *v)
@@ -68,11 +79,109 @@ static void fn_sha256(sqlite3_context *cx, int argc, sqlite3_value **argv)
     sqlite3_result_text(cx, hex, 64, SQLITE_TRANSIENT);
 }
 
+/* A decimal integer text ("-12", "340282366920938463463374607431768211455"
+ * is too large); 0 on success. */
+static int parse_i128(const char *s, __int128 *out)
+{
+    bool neg = *s == '-';
+    s += neg;
+    if (!*s)
+        return -1;
+    __int128 v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || __builtin_mul_overflow(v, 10, &v) ||
+            __builtin_add_overflow(v, *s - '0', &v))
+            return -1;
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+typedef struct qty_acc {
+    __int128 sum;
+    bool bad;
+} qty_acc;
+
+static void fn_qty_step(sqlite3_context *cx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    qty_acc *a = sqlite3_aggregate_context(cx, sizeof *a);
+    if (!a)
+        return;
+    __int128 x = 0, p;
+    if (sqlite3_value_type(argv[0]) == SQLITE_TEXT)
+        a->bad |= parse_i128((const char *)sqlite3_value_text(argv[0]), &x) != 0;
+    else
+        x = sqlite3_value_int64(argv[0]);
+    a->bad |= __builtin_mul_overflow(x, (__int128)sqlite3_value_int64(argv[1]), &p) ||
+              __builtin_add_overflow(a->sum, p, &a->sum);
+}
+
+static void fn_qty_final(sqlite3_context *cx)
+{
+    qty_acc *a = sqlite3_aggregate_context(cx, 0);
+    char buf[48];
+    if (a && a->bad) {
+        sqlite3_result_error(cx, "tally_qty_sum: overflow or malformed quantity", -1);
+        return;
+    }
+    if (tally_i128_format(a ? a->sum : 0, buf, sizeof buf) != TALLY_OK) {
+        sqlite3_result_error(cx, "tally_qty_sum: cannot format", -1);
+        return;
+    }
+    sqlite3_result_text(cx, buf, -1, SQLITE_TRANSIENT);
+}
+
 tally_err ledger_chain_register(sqlite3 *db)
 {
     int flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS;
     int rc = sqlite3_create_function(db, "tally_canon", -1, flags, NULL, fn_canon, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_create_function(db, "tally_sha256", 1, flags, NULL, fn_sha256, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_create_function(db, "tally_qty_sum", 2, flags, NULL, NULL, fn_qty_step,
+                                     fn_qty_final);
     return rc == SQLITE_OK ? TALLY_OK : TALLY_DB;
+}
+
+void ledger_chain_count(tally_batch *b, const tally_event *ev)
+{
+    /* Validated events are bounded (SPEC section 1): weight * seconds fits. */
+    bool held = ev->meter == TALLY_METER_ACCELERATOR || ev->meter == TALLY_METER_STORAGE;
+    __int128 q = (__int128)ev->weight * (held ? ev->seconds : 1);
+    b->chain_events[ev->meter]++;
+    b->chain_qty[ev->meter] += q;
+}
+
+tally_err ledger_chain_batch(tally_batch *b)
+{
+    int64_t seq = 0;
+    sqlite3_stmt *st = NULL;
+    tally_err e = TALLY_OK;
+    for (int m = 0; e == TALLY_OK && m < TALLY_METER_COUNT; m++) {
+        if (b->chain_events[m] == 0)
+            continue;
+        char q[48];
+        if (!st)
+            e = batch_seq(b, &seq);
+        if (e == TALLY_OK && !st)
+            e = ledger_prepare(b->l,
+                               "INSERT INTO usage_batches(seq, meter, events, qty, created_at) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5)",
+                               &st);
+        if (e == TALLY_OK)
+            e = tally_i128_format(b->chain_qty[m], q, sizeof q);
+        if (e != TALLY_OK)
+            break;
+        sqlite3_bind_int64(st, 1, seq);
+        sqlite3_bind_int(st, 2, m);
+        sqlite3_bind_int64(st, 3, b->chain_events[m]);
+        sqlite3_bind_text(st, 4, q, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 5, b->now_s);
+        e = batch_step(b, st);
+    }
+    sqlite3_finalize(st);
+    memset(b->chain_events, 0, sizeof b->chain_events);
+    memset(b->chain_qty, 0, sizeof b->chain_qty);
+    return e;
 }

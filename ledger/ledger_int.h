@@ -249,6 +249,9 @@ struct tally_batch {
     int64_t seq; /* usage_seq of this commit; 0 until usage is written */
     int64_t now_s;
     int64_t new_keys, new_quarantine, new_intervals, new_points;
+    /* This commit's new usage per meter, for the ledger chain (chain.c). */
+    int64_t chain_events[TALLY_METER_COUNT];
+    __int128 chain_qty[TALLY_METER_COUNT];
 };
 
 /* ---- Aggregation (batch_agg.c); called inside the commit's transaction ---- */
@@ -574,6 +577,11 @@ tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account,
 /* Registers tally_canon() and tally_sha256(), which the chain's triggers
  * (schemas/008_chain.sql) call, on db. */
 tally_err ledger_chain_register(sqlite3 *db);
+/* Counts one new usage event into b's totals for the chain. */
+void ledger_chain_count(tally_batch *b, const tally_event *ev);
+/* Writes b's totals as usage_batches rows (one per meter with new usage),
+ * which the chain records; clears them. Inside the commit's transaction. */
+tally_err ledger_chain_batch(tally_batch *b);
 
 /* One run of tally_ledger_verify (verify.c): the ledger, the keys, and where
  * the first problem is described. */

@@ -15,6 +15,8 @@ typedef struct chain_table {
 } chain_table;
 
 static const chain_table tables[] = {
+    {"usage_batches", "seq, meter, events, qty, created_at",
+     "'usage batch ' || t.seq || ' (meter ' || t.meter || ')'", "usage batch row"},
     {"accounts", "id, currency, timezone, name, created_at", "'account ' || t.id", "account"},
     {"ratecards", "id, currency, effective_from, body, loaded_at", "'rate card ' || t.id",
      "rate card"},
@@ -94,6 +96,17 @@ static const char links_sql[] =
     "''), seq, tbl, row_key, row_hash)) want FROM ledger_chain WINDOW w AS (ORDER BY seq)) "
     "WHERE want != hash OR coalesce(pseq, 0) != seq - 1 ORDER BY seq LIMIT 1";
 
+/* Usage against the chained batch totals, per meter. */
+static const char usage_sql[] =
+    "WITH want AS (SELECT meter, tally_qty_sum(qty, 1) q FROM usage_batches GROUP BY meter), "
+    "have AS (SELECT meter, tally_qty_sum(w, s) q FROM (SELECT meter, weight w, end_s - start_s "
+    "s FROM usage_intervals UNION ALL SELECT meter, qty, 1 FROM usage_points) GROUP BY meter) "
+    "SELECT 'usage of meter ' || m.meter || ': the usage tables hold ' || coalesce(h.q, '0') || "
+    "' (base units) but the chained batch totals add up to ' || coalesce(w.q, '0') || ' (usage "
+    "rows were edited, inserted or deleted)' FROM (SELECT meter FROM want UNION SELECT meter "
+    "FROM have) m LEFT JOIN want w ON w.meter = m.meter LEFT JOIN have h ON h.meter = m.meter "
+    "WHERE coalesce(w.q, '0') != coalesce(h.q, '0') ORDER BY m.meter LIMIT 1";
+
 tally_err verify_chain(vctx *v)
 {
     tally_err err = verify_sql(v, links_sql);
@@ -110,5 +123,7 @@ tally_err verify_chain(vctx *v)
             err = verify_sql(v, sql.data);
     }
     tally_buf_release(&sql);
+    if (err == TALLY_OK)
+        err = verify_sql(v, usage_sql);
     return err == TALLY_OK ? verify_heads(v) : err;
 }

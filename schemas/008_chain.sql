@@ -11,7 +11,27 @@
 -- each row's hash from the row (ledger/verify_chain.c) and checks signed
 -- heads (`tally head`, `tally verify --head`, `ledger.head` events).
 --
--- Covered: accounts (inserts and updates: billing settings), rate cards,
+-- Usage is covered by batch totals: each ingest commit writes one
+-- usage_batches row per meter it added usage to (new events, and their
+-- quantity: weight x seconds for accelerator and storage, the amount for
+-- traffic and tokens), chained like any row; verify checks that the
+-- batches' quantities add up, per meter, to what usage_intervals and
+-- usage_points hold. A ledger directory's shards are ledger files of their
+-- own and chain their own batches.
+CREATE TABLE usage_batches (
+  seq        INTEGER NOT NULL,     -- meta.usage_seq of the commit (0: usage before migration 8)
+  meter      INTEGER NOT NULL,
+  events     INTEGER NOT NULL,
+  qty        TEXT NOT NULL,        -- decimal; may pass 64 bits
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (seq, meter)
+) STRICT;
+CREATE TRIGGER usage_batches_no_update BEFORE UPDATE ON usage_batches
+BEGIN SELECT RAISE(ABORT, 'usage batch totals are append-only'); END;
+CREATE TRIGGER usage_batches_no_delete BEFORE DELETE ON usage_batches
+BEGIN SELECT RAISE(ABORT, 'usage batch totals are append-only'); END;
+
+-- Covered: usage batch totals, accounts (inserts and updates: billing settings), rate cards,
 -- spot points, commitments, grants, entries, postings, invoices and credit
 -- notes with their lines and credits, outbox rows (all but sent_at).
 -- Rows written before this migration are chained here, in table order.
@@ -35,6 +55,10 @@ BEGIN SELECT RAISE(ABORT, 'the ledger chain is append-only'); END;
 CREATE TRIGGER ledger_chain_no_delete BEFORE DELETE ON ledger_chain
 BEGIN SELECT RAISE(ABORT, 'the ledger chain is append-only'); END;
 
+CREATE TRIGGER chain_usage_batches AFTER INSERT ON usage_batches BEGIN
+  INSERT INTO ledger_chain(tbl, row_key, row_hash) VALUES ('usage_batches', NEW.rowid,
+    tally_sha256(tally_canon('usage_batches', NEW.seq, NEW.meter, NEW.events, NEW.qty, NEW.created_at)));
+END;
 CREATE TRIGGER chain_accounts AFTER INSERT ON accounts BEGIN
   INSERT INTO ledger_chain(tbl, row_key, row_hash) VALUES ('accounts', NEW.rowid,
     tally_sha256(tally_canon('accounts', NEW.id, NEW.currency, NEW.timezone, NEW.name, NEW.created_at)));
@@ -84,7 +108,14 @@ CREATE TRIGGER chain_outbox AFTER INSERT ON outbox BEGIN
     tally_sha256(tally_canon('outbox', NEW.id, NEW.event_id, NEW.type, NEW.subject, NEW.payload, NEW.created_at)));
 END;
 
+-- The usage already there, as one batch 0.
+INSERT INTO usage_batches(seq, meter, events, qty, created_at)
+SELECT 0, meter, count(*), tally_qty_sum(w, s), 0 FROM (SELECT meter, weight w, end_s - start_s s
+  FROM usage_intervals UNION ALL SELECT meter, qty, 1 FROM usage_points) GROUP BY meter;
+
 -- The rows already there, in table order.
+INSERT INTO ledger_chain(tbl, row_key, row_hash) SELECT 'usage_batches', rowid,
+  tally_sha256(tally_canon('usage_batches', seq, meter, events, qty, created_at)) FROM usage_batches ORDER BY rowid;
 INSERT INTO ledger_chain(tbl, row_key, row_hash) SELECT 'accounts', rowid,
   tally_sha256(tally_canon('accounts', id, currency, timezone, name, created_at)) FROM accounts ORDER BY rowid;
 INSERT INTO ledger_chain(tbl, row_key, row_hash) SELECT 'ratecards', rowid,

@@ -410,6 +410,13 @@ static void test_chain_catches_hidden_edits(void **state)
     tamper("p_refers_to_set", "invoices_no_update",
            "UPDATE invoices SET refers_to = 'INV-2026-000001' WHERE id = 'INV-2026-000002';", "",
            "FAILED: invoice INV-2026-000002: changed since chain entry ");
+    /* usage is chained by batch totals: an edited or inserted row shows */
+    tamper("r_usage_edited", "", "UPDATE usage_intervals SET weight = 1 WHERE weight = 2;", "",
+           "FAILED: usage of meter 0: the usage tables hold ");
+    tamper("s_usage_inserted", "",
+           "INSERT INTO usage_points(account, meter, dim, dim2, t_s, qty, seq) VALUES ('acme', 3, "
+           "'x', 'in', 1772323200, 1000000, 1);",
+           "", "FAILED: usage of meter 3: the usage tables hold 1000000");
     /* rewriting the chain after an edit breaks every later link */
     tamper("q_chain_rewritten", "grants_no_update,ledger_chain_no_update",
            "UPDATE grants SET amount_minor = 7;\n"
