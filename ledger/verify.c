@@ -20,7 +20,9 @@
  *   8. each document's entry posts its signed totals (receivable = amount
  *      due, grants = credits);
  *   9. the ledger's own chain (verify_chain.c): links, every covered row
- *      unchanged since its entry, no covered row outside the chain.
+ *      unchanged since its entry, no covered row outside the chain, usage
+ *      against the chained batch totals, the signed heads it holds;
+ *  10. on a ledger directory, each shard's integrity, triggers and chain.
  * Everything is read in one read transaction, so a concurrent writer cannot
  * make a consistent ledger look inconsistent. */
 #include <stdarg.h>
@@ -630,13 +632,52 @@ static tally_err check_documents(vctx *v)
     return err;
 }
 
+/* ---- shards of a ledger directory ----------------------------------------- */
+
+/* Each shard is a ledger file of its own that chains its own usage batches
+ * (and the accounts it first saw): its integrity, triggers and chain are
+ * checked like main.db's, and a failure names the shard. */
+static tally_err check_shard(vctx *v, const char *name)
+{
+    char path[4096], why[512] = "";
+    if (tally_fmt(path, sizeof path, "%s/%s" SHARD_DB_SUFFIX, v->l->shards->dir, name))
+        return fail(v, TALLY_INVAL, "shard %s: path too long", name);
+    tally_ledger *sl = NULL;
+    tally_err err = tally_ledger_open(path, &sl, why, sizeof why);
+    if (err != TALLY_OK)
+        return fail(v, err, "shard %s: cannot open: %s", name, why);
+    vctx sv = {.l = sl, .key_path = v->key_path, .why = why, .cap = sizeof why};
+    err = check_integrity(&sv);
+    if (err == TALLY_OK)
+        err = check_triggers(&sv);
+    if (err == TALLY_OK)
+        err = verify_chain(&sv);
+    tally_keyring_destroy(sv.keys);
+    tally_ledger_close(sl);
+    return err == TALLY_OK ? err : fail(v, err, "shard %s: %s", name, why);
+}
+
+static tally_err check_shards(vctx *v)
+{
+    if (!v->l->shards)
+        return TALLY_OK;
+    tally_err err = ledger_shards_refresh(v->l); /* shards created since open */
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    const struct ledger_shards *s = v->l->shards;
+    for (size_t i = 0; s && err == TALLY_OK && i < s->n_src; i++)
+        if (!s->src[i].is_main)
+            err = check_shard(v, s->src[i].name);
+    return err;
+}
+
 /* ---- driver --------------------------------------------------------------- */
 
 typedef tally_err (*check_fn)(vctx *v);
 
 static const check_fn checks[] = {
-    check_integrity, check_triggers, check_ledger_sql,
-    check_documents, check_rows_sql, verify_chain,
+    check_integrity, check_triggers, check_ledger_sql, check_documents,
+    check_rows_sql,  verify_chain,   check_shards,
 };
 
 static tally_err summary(vctx *v)
