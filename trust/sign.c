@@ -146,7 +146,8 @@ static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out)
     if (stat(path, &st) != 0)
         return errno == ENOENT ? TALLY_NOT_FOUND : TALLY_IO;
     pthread_mutex_lock(&key_cache.lock);
-    if (key_cache.pkey && key_cache.allow_public == allow_public &&
+    /* A private key loaded for signing also serves a public-key use. */
+    if (key_cache.pkey && (key_cache.allow_public == allow_public || allow_public) &&
         strcmp(key_cache.path, path) == 0 && same_file(&key_cache.st, &st) &&
         EVP_PKEY_up_ref(key_cache.pkey) == 1) {
         *out = key_cache.pkey;
@@ -386,11 +387,24 @@ static tally_err keep_old_public(const char *path)
     return err;
 }
 
+/* SHA-256 fetched once: OpenSSL 3 looks EVP_sha256() up in its provider
+ * store, under locks, on every use, which costs more than hashing the few
+ * hundred bytes of a ledger chain row. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void fetch_sha256(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void tally_sha256_hex(const void *data, size_t len, char hex[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    if (EVP_Digest(data, len, md, &n, EVP_sha256(), NULL) != 1 || n != HASH_LEN) {
+    pthread_once(&sha256_once, fetch_sha256);
+    const EVP_MD *alg = sha256_md ? sha256_md : EVP_sha256();
+    if (EVP_Digest(data, len, md, &n, alg, NULL) != 1 || n != HASH_LEN) {
         /* Only on a broken OpenSSL installation; never a valid-looking hash. */
         memset(hex, 'x', 64);
         hex[64] = '\0';
