@@ -29,6 +29,8 @@ struct tally_ledger {
     char errmsg[256];
     /* Opened from a ledger directory: its shards (shard_int.h); else NULL. */
     struct ledger_shards *shards;
+    /* The chain's cached statements (chain.c), owned by the SQL function. */
+    struct chain_conn *chain;
 };
 
 /* The rate cards, sorted by effective_from_s; valid until the next call that
@@ -574,9 +576,12 @@ tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account,
 
 /* ---- The ledger's own chain (chain.c, verify_chain.c) -------------------- */
 
-/* Registers tally_canon() and tally_sha256(), which the chain's triggers
- * (schemas/008_chain.sql) call, on db. */
-tally_err ledger_chain_register(sqlite3 *db);
+/* Registers tally_canon(), tally_sha256(), tally_qty_sum() and
+ * tally_chain_add(), which the chain's triggers (schemas/008_chain.sql)
+ * call, on l->db. */
+tally_err ledger_chain_register(tally_ledger *l);
+/* Finalizes the chain's cached statements; before closing l->db. */
+void ledger_chain_close(tally_ledger *l);
 /* Counts one new usage event into b's totals for the chain. */
 void ledger_chain_count(tally_batch *b, const tally_event *ev);
 /* Writes b's totals as usage_batches rows (one per meter with new usage),

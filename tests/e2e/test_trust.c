@@ -34,10 +34,9 @@ static const char usage[] =
     "BEGIN SELECT RAISE(ABORT, 'finalized invoices are immutable'); END;"
 
 #define RESTORE_CHAIN_POSTINGS                                                                     \
-    "CREATE TRIGGER chain_postings AFTER INSERT ON postings BEGIN INSERT INTO "                    \
-    "ledger_chain(tbl, row_key, row_hash) VALUES ('postings', NEW.rowid, "                         \
-    "tally_sha256(tally_canon('postings', NEW.id, NEW.entry_id, NEW.ledger_acct, NEW.currency, "   \
-    "NEW.debit_minor, NEW.credit_minor))); END;"
+    "CREATE TRIGGER chain_postings AFTER INSERT ON postings BEGIN SELECT "                         \
+    "tally_chain_add('postings', NEW.rowid, tally_canon('postings', NEW.id, NEW.entry_id, "        \
+    "NEW.ledger_acct, NEW.currency, NEW.debit_minor, NEW.credit_minor)); END;"
 
 /* Runs tally in dir on a ledger and key there; stdout and stderr into out. */
 static int tally(tally_buf *out, const char *db, const char *key, const char *args)
