@@ -92,6 +92,7 @@ int cli_read_file(const cli_ctx *ctx, const char *path, char **data, size_t *len
     X(keygen)                                                                                      \
     X(pubkey)                                                                                      \
     X(verify)                                                                                      \
+    X(head)                                                                                        \
     X(serve)                                                                                       \
     X(apikey)                                                                                      \
     X(publish)                                                                                     \

@@ -1,6 +1,7 @@
 /* tally keygen [--force]: creates the invoice signing key (Ed25519, PEM,
  * mode 0600) at --key / $TALLY_KEY / ./tally.key. An existing key is never
- * replaced without --force, since every signed invoice depends on it. */
+ * replaced without --force; with --force the old public key is kept in
+ * "<key>.pubkeys" (tally/sign.h), so invoices signed with it still verify. */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,12 +24,16 @@ int cmd_keygen(cli_ctx *ctx, int argc, char **argv)
     tally_err e = tally_keygen(ctx->key_path, force);
     if (e == TALLY_EXISTS)
         return cli_error_for(ctx, e,
-                             "%s already exists; invoices signed with it could no longer be "
-                             "checked with a new key (use --force to replace it anyway)",
-                             ctx->key_path);
+                             "%s already exists (use --force to rotate it: its public key is "
+                             "kept in %s.pubkeys, so documents signed with it still verify)",
+                             ctx->key_path, ctx->key_path);
     if (e != TALLY_OK)
         return cli_error_for(ctx, e, "cannot create %s: %s", ctx->key_path, tally_err_str(e));
-    printf("created signing key %s (Ed25519, mode 0600); export it with 'tally pubkey'\n",
-           ctx->key_path);
+    char id[TALLY_KEY_ID_LEN + 1] = "";
+    if (tally_key_id(ctx->key_path, id) != TALLY_OK)
+        id[0] = '\0';
+    printf("created signing key %s (Ed25519, mode 0600, key id %s); export it with 'tally "
+           "pubkey'\n",
+           ctx->key_path, id);
     return CLI_OK;
 }

@@ -109,6 +109,19 @@ static int lock_ledger(const cli_ctx *ctx, int *fd)
     return cli_error(ctx, CLI_FAIL, "%s: %s", path, strerror(err));
 }
 
+/* Adds a ledger.head event for the chain's head if it moved, so it is
+ * published with the rest; without a signing key there is nothing to sign. */
+static void announce_head(const cli_ctx *ctx, tally_ledger *l)
+{
+    bool added = false;
+    tally_err e = tally_ledger_head_announce(l, ctx->key_path, &added);
+    if (e == TALLY_NOT_FOUND)
+        fprintf(stderr, "tally publish: no signing key at %s; the ledger head is not announced\n",
+                ctx->key_path);
+    else if (e != TALLY_OK)
+        fprintf(stderr, "tally publish: cannot announce the ledger head: %s\n", tally_err_str(e));
+}
+
 int cmd_publish(cli_ctx *ctx, int argc, char **argv)
 {
     if (cli_wants_help(ctx, argc, argv)) {
@@ -127,6 +140,7 @@ int cmd_publish(cli_ctx *ctx, int argc, char **argv)
         close(lock);
         return rc;
     }
+    announce_head(ctx, l);
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);

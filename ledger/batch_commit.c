@@ -178,8 +178,11 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
     if (e != TALLY_OK)
         return e;
     if (ev->meter == TALLY_METER_ACCELERATOR || ev->meter == TALLY_METER_STORAGE)
-        return agg_interval(b, ev);
-    e = agg_point(b, ev);
+        e = agg_interval(b, ev);
+    else
+        e = agg_point(b, ev);
+    if (e == TALLY_OK)
+        ledger_chain_count(b, ev);
     if (e != TALLY_OVERFLOW)
         return e;
     /* Ten maximal traffic events in one second do not fit: quarantined,
@@ -274,6 +277,8 @@ static tally_err commit_body(tally_batch *b, commit_ctx *c, tally_event_result *
         e = agg_flush(b);
     if (e == TALLY_OK)
         e = bump_counters(b);
+    if (e == TALLY_OK)
+        e = ledger_chain_batch(b);
     return e;
 }
 
@@ -293,6 +298,8 @@ static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *
     *c = (commit_ctx){0};
     b->seq = 0;
     b->new_keys = b->new_quarantine = b->new_intervals = b->new_points = 0;
+    memset(b->chain_events, 0, sizeof b->chain_events);
+    memset(b->chain_qty, 0, sizeof b->chain_qty);
     b->now_s = tally_now_s();
     tally_err e = ledger_begin(b->l);
     if (e == TALLY_OK) {

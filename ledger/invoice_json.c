@@ -13,8 +13,8 @@
  *               credits [{grant_id, amount}],
  *               original_period, adjusts (adjustment lines only)}],
  *       subtotal, credits_applied [{grant_id, kind, amount}], total_credits,
- *       amount_due, refers_to and reason (credit notes only), prev_hash,
- *       hash, signature.
+ *       amount_due, refers_to and reason (credit notes only), key_id,
+ *       prev_hash, hash, signature.
  *   - Money is a decimal string in major units with exactly the currency's
  *     minor digits ("39.82"); quantities are decimal integer strings in the
  *     meter's base unit (card-second, byte-second, byte, token); unit prices
@@ -29,9 +29,11 @@
  *     prev_hash is the hash of the previous finalized document (invoices and
  *     credit notes share one chain ordered by invoices.seq; the first
  *     document's prev_hash is 64 zeros). signature = Ed25519 over the 32 raw
- *     bytes of the hash, 128 hex digits.
+ *     bytes of the hash, 128 hex digits, made with the key named by key_id
+ *     (tally/sign.h: 16 hex digits of the SHA-256 of the raw public key;
+ *     documents from before key ids have none and verify with any kept key).
  *   - Drafts have invoice_id "draft:<account>:<period>", number 0, status
- *     "draft" and empty prev_hash, hash and signature.
+ *     "draft" and empty key_id, prev_hash, hash and signature.
  *   - A credit note mirrors the invoice it voids: same period and lines with
  *     quantities, amounts and credits negated, and refers_to/reason set.
  *     Voided is not a stored status: an invoice is void when a credit note
@@ -321,6 +323,10 @@ tally_err inv_doc_json(const inv_doc *d, const char *key_path, tally_buf *out, c
     jw w = {out, TALLY_OK};
     head(&w, d);
     body(&w, d);
+    char key_id[TALLY_KEY_ID_LEN + 1] = "";
+    if (!w.e && d->finalized)
+        w.e = tally_key_id(key_path, key_id);
+    str(&w, "key_id", key_id);
     str(&w, "prev_hash", d->finalized ? d->prev_hash : "");
     if (!w.e && d->finalized)
         w.e = seal(out, start, key_path, hash, sig);

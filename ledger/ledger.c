@@ -285,7 +285,9 @@ tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why, siz
         tally_ledger_close(l);
         return e;
     }
-    tally_err e = apply_pragmas(l, why, cap);
+    tally_err e = ledger_chain_register(l);
+    if (e == TALLY_OK)
+        e = apply_pragmas(l, why, cap);
     if (e == TALLY_OK)
         e = migrate(l, why, cap);
     if (e != TALLY_OK) {
@@ -303,6 +305,7 @@ void tally_ledger_close(tally_ledger *l)
     ledger_cards_clear(l);
     ledger_shards_free(l->shards);
     sqlite3_finalize(l->st_cards_version);
+    ledger_chain_close(l);
     sqlite3_close_v2(l->db);
     free(l->path);
     free(l);

@@ -31,6 +31,8 @@ struct tally_ledger {
     /* Opened from a ledger directory: its shards (the ledger directories section below); else NULL.
      */
     struct ledger_shards *shards;
+    /* The chain's cached statements (chain.c), owned by the SQL function. */
+    struct chain_conn *chain;
 };
 
 /* The rate cards, sorted by effective_from_s; valid until the next call that
@@ -264,6 +266,9 @@ struct tally_batch {
      * per-second sum that would overflow: agg_point then reads each second's
      * stored qty, so the one event that does not fit is quarantined. */
     bool careful;
+    /* This commit's new usage per meter, for the ledger chain (chain.c). */
+    int64_t chain_events[TALLY_METER_COUNT];
+    __int128 chain_qty[TALLY_METER_COUNT];
 };
 
 /* ---- Aggregation (batch_agg.c); called inside the commit's transaction ---- */
@@ -602,5 +607,44 @@ tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d);
  * Errors: TALLY_IO (why names the file), and those of the formats. */
 tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account, const char *period,
                           const char *doc, size_t len, char *why, size_t cap);
+
+/* ---- The ledger's own chain (chain.c, verify_chain.c) -------------------- */
+
+/* Registers tally_canon(), tally_sha256(), tally_qty_sum() and
+ * tally_chain_add(), which the chain's triggers (schemas/008_chain.sql)
+ * call, on l->db. */
+tally_err ledger_chain_register(tally_ledger *l);
+/* Finalizes the chain's cached statements; before closing l->db. */
+void ledger_chain_close(tally_ledger *l);
+/* Counts one new usage event into b's totals for the chain. */
+void ledger_chain_count(tally_batch *b, const tally_event *ev);
+/* Writes b's totals as usage_batches rows (one per meter with new usage),
+ * which the chain records; clears them. Inside the commit's transaction. */
+tally_err ledger_chain_batch(tally_batch *b);
+
+/* One run of tally_ledger_verify (verify.c): the ledger, the keys, and where
+ * the first problem is described. */
+typedef struct vctx {
+    tally_ledger *l;
+    const char *key_path;
+    struct tally_keyring *keys; /* loaded on first use (verify_keys) */
+    char *why;
+    size_t cap;
+    int64_t n_docs;
+    int64_t n_chain; /* entries of the ledger chain */
+} vctx;
+
+/* Describes the failure in v->why (printf-style) and returns err. */
+tally_err verify_fail(vctx *v, tally_err err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Runs a query whose first row, if any, describes a violation in its first
+ * column: TALLY_TAMPERED with that text. */
+tally_err verify_sql(vctx *v, const char *sql);
+/* Loads v->keys from v->key_path once, or says what is missing. */
+tally_err verify_keys(vctx *v);
+/* The chain's checks (verify_chain.c). */
+tally_err verify_chain(vctx *v);
+/* The signed heads held as ledger.head outbox events (chain_head.c). */
+tally_err verify_heads(vctx *v);
 
 #endif

@@ -17,10 +17,17 @@
  *      total_credits, subtotal - credits + credit_issued to amount_due, never
  *      negative on an invoice) with the same totals as its row; an issued
  *      adjustment credit is a grant of the account of that kind and amount;
- *   7. the invoice_lines and invoice_credits rows agree with the totals.
+ *   7. the invoice_lines and invoice_credits rows agree with the totals;
+ *   8. each document's entry posts its signed totals (receivable = amount
+ *      due, grants = credits);
+ *   9. the ledger's own chain (verify_chain.c): links, every covered row
+ *      unchanged since its entry, no covered row outside the chain, usage
+ *      against the chained batch totals, the signed heads it holds;
+ *  10. on a ledger directory, each shard's integrity, triggers and chain.
  * Everything is read in one read transaction, so a concurrent writer cannot
  * make a consistent ledger look inconsistent. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,18 +40,9 @@
 
 #define ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
 
-typedef struct vctx {
-    tally_ledger *l;
-    const char *key_path;
-    char *why;
-    size_t cap;
-    int64_t n_docs;
-} vctx;
+#define fail verify_fail
 
-static tally_err fail(vctx *v, tally_err err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static tally_err fail(vctx *v, tally_err err, const char *fmt, ...)
+tally_err verify_fail(vctx *v, tally_err err, const char *fmt, ...)
 {
     if (v->cap > 0) {
         va_list ap;
@@ -125,7 +123,7 @@ static int next_schema_trigger(const char **pos, char *name, size_t cap, const c
     return 1;
 }
 
-#define MAX_TRIGGERS 64
+#define MAX_TRIGGERS 128
 
 typedef struct want_trigger {
     char name[96];
@@ -290,10 +288,27 @@ static const char *const sql_checks_rows[] = {
     "' (minor units)' FROM (SELECT i.*, (SELECT coalesce(sum(amount_minor), 0) FROM "
     "invoice_credits c WHERE c.invoice_seq = i.seq) s FROM invoices i) "
     "WHERE s != credits_minor ORDER BY seq LIMIT 1",
+    /* 8. postings against each signed document's totals (the row's totals
+     * were checked against the signed document in 6) */
+    "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
+    "': no ' || CASE doc_type WHEN 'invoice' THEN 'invoice' ELSE 'void' END || ' entry posts "
+    "it' FROM invoices i WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.ref = i.id AND "
+    "e.kind = CASE i.doc_type WHEN 'invoice' THEN 'invoice' ELSE 'void' END) ORDER BY seq "
+    "LIMIT 1",
+    "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
+    "': entry ' || eid || ' posts ' || r || ' to receivable:' || account || ' and ' || g || "
+    "' to its grants, but the signed document says amount due ' || amount_due_minor || "
+    "' and credits ' || credits_minor || ' (minor units)' FROM (SELECT i.*, e.id eid, "
+    "(SELECT coalesce(sum(p.debit_minor - p.credit_minor), 0) FROM postings p WHERE "
+    "p.entry_id = e.id AND p.ledger_acct = 'receivable:' || i.account) r, (SELECT "
+    "coalesce(sum(p.debit_minor - p.credit_minor), 0) FROM postings p WHERE p.entry_id = e.id "
+    "AND p.ledger_acct LIKE 'grant:%') g FROM invoices i JOIN entries e ON e.ref = i.id AND "
+    "e.kind IN ('invoice', 'void')) WHERE r != amount_due_minor OR g != credits_minor "
+    "ORDER BY seq LIMIT 1",
     NULL,
 };
 
-static tally_err run_sql_check(vctx *v, const char *sql)
+tally_err verify_sql(vctx *v, const char *sql)
 {
     sqlite3_stmt *st;
     tally_err err = ledger_prepare(v->l, sql, &st);
@@ -312,7 +327,7 @@ static tally_err run_sql_list(vctx *v, const char *const *list)
 {
     tally_err err = TALLY_OK;
     for (size_t i = 0; err == TALLY_OK && list[i]; i++)
-        err = run_sql_check(v, list[i]);
+        err = verify_sql(v, list[i]);
     return err;
 }
 
@@ -351,7 +366,11 @@ static const char k_sig[] = "\",\"signature\":\"";
 typedef struct vdoc_parts {
     size_t body_len; /* bytes before `,"hash"` */
     char hash[65], prev[65], sig[129];
+    char key_id[TALLY_KEY_ID_LEN + 1]; /* "" in documents from before key ids */
 } vdoc_parts;
+
+static const char k_key[] = ",\"key_id\":\"";
+#define KEY_LEN (sizeof k_key - 1 + TALLY_KEY_ID_LEN + 1)
 
 static int all_hex(const char *s, size_t n)
 {
@@ -382,6 +401,13 @@ static int split_doc(const char *d, size_t len, vdoc_parts *p)
     p->sig[128] = '\0';
     memcpy(p->prev, pv + sizeof k_prev - 1, 64);
     p->prev[64] = '\0';
+    p->key_id[0] = '\0';
+    const char *kv = pv - KEY_LEN;
+    if (pv - d > (ptrdiff_t)KEY_LEN && memcmp(kv, k_key, sizeof k_key - 1) == 0 && pv[-1] == '"' &&
+        all_hex(kv + sizeof k_key - 1, TALLY_KEY_ID_LEN)) {
+        memcpy(p->key_id, kv + sizeof k_key - 1, TALLY_KEY_ID_LEN);
+        p->key_id[TALLY_KEY_ID_LEN] = '\0';
+    }
     return 0;
 }
 
@@ -430,9 +456,17 @@ static tally_err check_chain(vctx *v, const vdoc_row *r)
         return fail(v, TALLY_TAMPERED, "%s %s: prev_hash does not link to the hash of %s", label(r),
                     r->id, r->prev_id);
     }
-    tally_err err = tally_verify_hash(v->key_path, r->hash, r->signature);
+    tally_err err = tally_keyring_verify(v->keys, p.key_id, r->hash, r->signature);
+    if (err == TALLY_NOT_FOUND)
+        return fail(v, TALLY_TAMPERED,
+                    "%s %s: signed with key %s, which is not among the keys of %s "
+                    "(see 'tally pubkey --all')",
+                    label(r), r->id, p.key_id, v->key_path);
+    if (err == TALLY_TAMPERED && p.key_id[0])
+        return fail(v, err, "%s %s: signature does not verify with its key %s", label(r), r->id,
+                    p.key_id);
     if (err == TALLY_TAMPERED)
-        return fail(v, err, "%s %s: signature does not verify with the key %s", label(r), r->id,
+        return fail(v, err, "%s %s: signature does not verify with any key of %s", label(r), r->id,
                     v->key_path);
     if (err != TALLY_OK)
         return fail(v, err, "%s %s: cannot check the signature with %s: %s", label(r), r->id,
@@ -596,16 +630,15 @@ static tally_err check_document(vctx *v, const vdoc_row *r)
     return err == TALLY_OK ? check_content(v, r) : err;
 }
 
-static tally_err key_usable(vctx *v)
+tally_err verify_keys(vctx *v)
 {
-    tally_buf pem;
-    tally_buf_init(&pem, 0);
-    tally_err err = tally_pubkey_pem(v->key_path, &pem);
-    tally_buf_release(&pem);
+    if (v->keys)
+        return TALLY_OK;
+    tally_err err = tally_keyring_load(v->key_path, &v->keys);
     if (err == TALLY_NOT_FOUND)
         return fail(v, TALLY_NOT_FOUND,
                     "signing key %s: not found; verification of signatures needs the public key "
-                    "(pass --key with the signing key or the PEM printed by 'tally pubkey')",
+                    "(pass --key with the signing key or the PEM printed by 'tally pubkey --all')",
                     v->key_path);
     if (err != TALLY_OK)
         return fail(v, TALLY_CRYPTO, "signing key %s: not an Ed25519 private or public key PEM",
@@ -627,7 +660,7 @@ static tally_err check_documents(vctx *v)
     int rc;
     while (err == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (v->n_docs == 0)
-            err = key_usable(v);
+            err = verify_keys(v);
         vdoc_row row = {
             .id = col_text(st, 1),
             .credit_note = strcmp(col_text(st, 2), "credit_note") == 0,
@@ -657,12 +690,52 @@ static tally_err check_documents(vctx *v)
     return err;
 }
 
+/* ---- shards of a ledger directory ----------------------------------------- */
+
+/* Each shard is a ledger file of its own that chains its own usage batches
+ * (and the accounts it first saw): its integrity, triggers and chain are
+ * checked like main.db's, and a failure names the shard. */
+static tally_err check_shard(vctx *v, const char *name)
+{
+    char path[4096], why[512] = "";
+    if (tally_fmt(path, sizeof path, "%s/%s" SHARD_DB_SUFFIX, v->l->shards->dir, name))
+        return fail(v, TALLY_INVAL, "shard %s: path too long", name);
+    tally_ledger *sl = NULL;
+    tally_err err = tally_ledger_open(path, &sl, why, sizeof why);
+    if (err != TALLY_OK)
+        return fail(v, err, "shard %s: cannot open: %s", name, why);
+    vctx sv = {.l = sl, .key_path = v->key_path, .why = why, .cap = sizeof why};
+    err = check_integrity(&sv);
+    if (err == TALLY_OK)
+        err = check_triggers(&sv);
+    if (err == TALLY_OK)
+        err = verify_chain(&sv);
+    tally_keyring_destroy(sv.keys);
+    tally_ledger_close(sl);
+    return err == TALLY_OK ? err : fail(v, err, "shard %s: %s", name, why);
+}
+
+static tally_err check_shards(vctx *v)
+{
+    if (!v->l->shards)
+        return TALLY_OK;
+    tally_err err = ledger_shards_refresh(v->l); /* shards created since open */
+    if (err != TALLY_OK)
+        return db_fail(v, err);
+    const struct ledger_shards *s = v->l->shards;
+    for (size_t i = 0; s && err == TALLY_OK && i < s->n_src; i++)
+        if (!s->src[i].is_main)
+            err = check_shard(v, s->src[i].name);
+    return err;
+}
+
 /* ---- driver --------------------------------------------------------------- */
 
 typedef tally_err (*check_fn)(vctx *v);
 
 static const check_fn checks[] = {
-    check_integrity, check_triggers, check_ledger_sql, check_documents, check_rows_sql,
+    check_integrity, check_triggers, check_ledger_sql, check_documents,
+    check_rows_sql,  verify_chain,   check_shards,
 };
 
 static tally_err summary(vctx *v)
@@ -699,5 +772,6 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     if (err == TALLY_OK)
         err = summary(&v);
     sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
+    tally_keyring_destroy(v.keys);
     return err;
 }

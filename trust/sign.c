@@ -18,9 +18,9 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
-#include "tally/sign.h"
+#include "trust_int.h"
 
-#define KEY_FILE_MAX ((size_t)64 << 10) /* a PEM key is a few hundred bytes */
+#define KEY_FILE_MAX TRUST_KEY_FILE_MAX
 #define HASH_LEN     32
 #define SIG_LEN      64
 
@@ -64,9 +64,7 @@ static int no_passphrase(char *buf, int size, int rwflag, void *u)
     return -1;
 }
 
-/* Reads the whole key file (bounded). Errors: TALLY_NOT_FOUND, TALLY_IO,
- * TALLY_TOO_LARGE. */
-static tally_err read_key_file(const char *path, tally_buf *out)
+tally_err trust_read_file(const char *path, tally_buf *out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -97,7 +95,7 @@ static tally_err load_key(const char *path, int allow_public, EVP_PKEY **out)
 {
     tally_buf text;
     tally_buf_init(&text, KEY_FILE_MAX);
-    tally_err err = read_key_file(path, &text);
+    tally_err err = trust_read_file(path, &text);
     if (err != TALLY_OK)
         goto out_text;
     err = TALLY_CRYPTO;
@@ -148,7 +146,8 @@ static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out)
     if (stat(path, &st) != 0)
         return errno == ENOENT ? TALLY_NOT_FOUND : TALLY_IO;
     pthread_mutex_lock(&key_cache.lock);
-    if (key_cache.pkey && key_cache.allow_public == allow_public &&
+    /* A private key loaded for signing also serves a public-key use. */
+    if (key_cache.pkey && (key_cache.allow_public == allow_public || allow_public) &&
         strcmp(key_cache.path, path) == 0 && same_file(&key_cache.st, &st) &&
         EVP_PKEY_up_ref(key_cache.pkey) == 1) {
         *out = key_cache.pkey;
@@ -166,6 +165,9 @@ static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out)
     pthread_mutex_unlock(&key_cache.lock);
     return err;
 }
+
+static tally_err keep_public(const char *path, EVP_PKEY *pkey);
+static tally_err keep_old_public(const char *path);
 
 static tally_err write_all(int fd, const char *p, size_t n)
 {
@@ -253,7 +255,11 @@ tally_err tally_keygen(const char *path, int force)
     if (err != TALLY_OK)
         goto out_pem;
     if (force) {
-        err = replace_key_file(path, pem.data, pem.len);
+        err = keep_old_public(path);
+        if (err == TALLY_OK)
+            err = replace_key_file(path, pem.data, pem.len);
+        if (err == TALLY_OK)
+            err = keep_public(path, pkey);
         goto out_pem;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, S_IRUSR | S_IWUSR);
@@ -264,11 +270,30 @@ tally_err tally_keygen(const char *path, int force)
     err = fill_key_file(fd, pem.data, pem.len);
     if (err != TALLY_OK)
         unlink(path); /* we created it; do not leave a broken key behind */
+    else
+        err = keep_public(path, pkey);
 out_pem:
     if (pem.data)
         OPENSSL_cleanse(pem.data, pem.len);
     tally_buf_release(&pem);
     EVP_PKEY_free(pkey);
+    ERR_clear_error();
+    return err;
+}
+
+tally_err trust_public_pem(EVP_PKEY *pkey, tally_buf *out)
+{
+    tally_err err = TALLY_CRYPTO;
+    BIO *mem = BIO_new(BIO_s_mem());
+    if (!mem)
+        return TALLY_NOMEM;
+    if (PEM_write_bio_PUBKEY(mem, pkey) == 1) {
+        char *p = NULL;
+        long n = BIO_get_mem_data(mem, &p);
+        if (n > 0)
+            err = tally_buf_append(out, p, (size_t)n);
+    }
+    BIO_free(mem);
     ERR_clear_error();
     return err;
 }
@@ -279,28 +304,107 @@ tally_err tally_pubkey_pem(const char *path, tally_buf *out)
     tally_err err = load_key(path, 1, &pkey);
     if (err != TALLY_OK)
         return err;
-    err = TALLY_CRYPTO;
-    BIO *mem = BIO_new(BIO_s_mem());
-    if (!mem)
-        goto out_key;
-    if (PEM_write_bio_PUBKEY(mem, pkey) == 1) {
-        char *p = NULL;
-        long n = BIO_get_mem_data(mem, &p);
-        if (n > 0)
-            err = tally_buf_append(out, p, (size_t)n);
-    }
-    BIO_free(mem);
-out_key:
+    err = trust_public_pem(pkey, out);
     EVP_PKEY_free(pkey);
-    ERR_clear_error();
     return err;
+}
+
+tally_err trust_key_id(EVP_PKEY *pkey, char id[TALLY_KEY_ID_LEN + 1])
+{
+    unsigned char raw[32];
+    size_t n = sizeof raw;
+    char hex[65];
+    if (EVP_PKEY_get_raw_public_key(pkey, raw, &n) != 1 || n != sizeof raw) {
+        ERR_clear_error();
+        return TALLY_CRYPTO;
+    }
+    tally_sha256_hex(raw, n, hex);
+    memcpy(id, hex, TALLY_KEY_ID_LEN);
+    id[TALLY_KEY_ID_LEN] = '\0';
+    return TALLY_OK;
+}
+
+tally_err tally_key_id(const char *path, char id[TALLY_KEY_ID_LEN + 1])
+{
+    EVP_PKEY *pkey = NULL;
+    tally_err err = cached_key(path, 1, &pkey);
+    if (err != TALLY_OK)
+        return err;
+    err = trust_key_id(pkey, id);
+    EVP_PKEY_free(pkey);
+    return err;
+}
+
+/* Appends pkey's public key to "<path>.pubkeys" unless its id is there. */
+static tally_err keep_public(const char *path, EVP_PKEY *pkey)
+{
+    tally_buf ring, pem;
+    tally_buf_init(&ring, 0);
+    tally_buf_init(&pem, KEY_FILE_MAX);
+    char id[TALLY_KEY_ID_LEN + 1];
+    tally_err err = trust_key_id(pkey, id);
+    if (err == TALLY_OK)
+        err = tally_buf_printf(&ring, "%s.pubkeys", path);
+    if (err == TALLY_OK)
+        err = trust_read_file(ring.data, &pem);
+    if (err == TALLY_NOT_FOUND)
+        err = TALLY_OK;
+    if (err != TALLY_OK || (pem.data && strstr(pem.data, id)))
+        goto out;
+    tally_buf_reset(&pem);
+    err = tally_buf_printf(&pem, "key id %s\n", id);
+    if (err == TALLY_OK)
+        err = trust_public_pem(pkey, &pem);
+    if (err != TALLY_OK)
+        goto out;
+    int fd = open(ring.data, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        err = TALLY_IO;
+        goto out;
+    }
+    err = write_all(fd, pem.data, pem.len);
+    if (err == TALLY_OK && fsync(fd) != 0)
+        err = TALLY_IO;
+    if (close(fd) != 0 && err == TALLY_OK)
+        err = TALLY_IO;
+out:
+    tally_buf_release(&pem);
+    tally_buf_release(&ring);
+    return err;
+}
+
+/* Before a forced replacement: keeps the public key of the key at path. */
+static tally_err keep_old_public(const char *path)
+{
+    EVP_PKEY *old = NULL;
+    tally_err err = load_key(path, 0, &old);
+    if (err == TALLY_NOT_FOUND)
+        return TALLY_OK;
+    if (err != TALLY_OK)
+        return err;
+    err = keep_public(path, old);
+    EVP_PKEY_free(old);
+    return err;
+}
+
+/* SHA-256 fetched once: OpenSSL 3 looks EVP_sha256() up in its provider
+ * store, under locks, on every use, which costs more than hashing the few
+ * hundred bytes of a ledger chain row. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void fetch_sha256(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
 }
 
 void tally_sha256_hex(const void *data, size_t len, char hex[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    if (EVP_Digest(data, len, md, &n, EVP_sha256(), NULL) != 1 || n != HASH_LEN) {
+    pthread_once(&sha256_once, fetch_sha256);
+    const EVP_MD *alg = sha256_md ? sha256_md : EVP_sha256();
+    if (EVP_Digest(data, len, md, &n, alg, NULL) != 1 || n != HASH_LEN) {
         /* Only on a broken OpenSSL installation; never a valid-looking hash. */
         memset(hex, 'x', 64);
         hex[64] = '\0';
@@ -337,27 +441,35 @@ out_key:
     return err;
 }
 
-tally_err tally_verify_hash(const char *key_path, const char hash_hex[65], const char sig_hex[129])
+tally_err trust_verify_pkey(EVP_PKEY *pkey, const char hash_hex[65], const char sig_hex[129])
 {
     unsigned char hash[HASH_LEN], sig[SIG_LEN];
     /* A malformed hash or signature cannot have been produced by Tally. */
+    if (from_hex(hash_hex, hash, HASH_LEN) != 0 || from_hex(sig_hex, sig, SIG_LEN) != 0)
+        return TALLY_TAMPERED;
+    tally_err err = TALLY_CRYPTO;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        return err;
+    if (EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, pkey) == 1) {
+        int ok = EVP_DigestVerify(ctx, sig, sizeof sig, hash, sizeof hash);
+        err = ok == 1 ? TALLY_OK : ok == 0 ? TALLY_TAMPERED : TALLY_CRYPTO;
+    }
+    EVP_MD_CTX_free(ctx);
+    ERR_clear_error();
+    return err;
+}
+
+tally_err tally_verify_hash(const char *key_path, const char hash_hex[65], const char sig_hex[129])
+{
+    unsigned char hash[HASH_LEN], sig[SIG_LEN];
     if (from_hex(hash_hex, hash, HASH_LEN) != 0 || from_hex(sig_hex, sig, SIG_LEN) != 0)
         return TALLY_TAMPERED;
     EVP_PKEY *pkey = NULL;
     tally_err err = cached_key(key_path, 1, &pkey);
     if (err != TALLY_OK)
         return err;
-    err = TALLY_CRYPTO;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (!ctx)
-        goto out_key;
-    if (EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, pkey) == 1) {
-        int ok = EVP_DigestVerify(ctx, sig, sizeof sig, hash, sizeof hash);
-        err = ok == 1 ? TALLY_OK : ok == 0 ? TALLY_TAMPERED : TALLY_CRYPTO;
-    }
-    EVP_MD_CTX_free(ctx);
-out_key:
+    err = trust_verify_pkey(pkey, hash_hex, sig_hex);
     EVP_PKEY_free(pkey);
-    ERR_clear_error();
     return err;
 }

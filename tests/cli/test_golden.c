@@ -14,7 +14,7 @@
  *   usage.ndjson     the usage stream the steps ingest (optional)
  *   expected/        what must come out:
  *     <account>-<period>.json  the invoice file in {out}, compared byte for
- *                              byte with prev_hash, hash and signature
+ *                              byte with key_id, prev_hash, hash and signature
  *                              blanked (they depend on the signing key)
  *     <account>.balance.json   tally_balance_report() of the account
  *     quarantine.txt           the quarantine reasons, one per line, sorted
@@ -174,11 +174,11 @@ static void run_steps(golden *g)
     tally_buf_release(&file);
 }
 
-/* Empties the values of prev_hash, hash and signature. */
+/* Empties the values of key_id, prev_hash, hash and signature. */
 static void blank(tally_buf *b)
 {
-    const char *keys[] = {"\"prev_hash\":\"", "\"hash\":\"", "\"signature\":\""};
-    for (size_t k = 0; k < 3; k++) {
+    const char *keys[] = {"\"key_id\":\"", "\"prev_hash\":\"", "\"hash\":\"", "\"signature\":\""};
+    for (size_t k = 0; k < 4; k++) {
         char *v = strstr(b->data, keys[k]);
         if (!v)
             continue;

@@ -576,6 +576,59 @@ static void test_usage_errors(void **state)
     assert_int_equal(tu_tally(NULL, "publish --help >/dev/null"), 0);
 }
 
+/* With the signing key, `tally publish` announces the ledger chain's signed
+ * head as a ledger.head event (SPEC section 5), once per move of the head:
+ * the copy outside the database verifies with `tally verify --head`. */
+static void test_ledger_head_announced(void **state)
+{
+    (void)state;
+    fresh("publish-head");
+    make_invoices(3);
+    broker b;
+    broker_start(&b, NULL);
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tu_tally(&out,
+                              "--db '%s' --key '%s' publish --brokers '%s' --until-idle 1 "
+                              "2>>'%s'",
+                              db, key, b.addr, logpath),
+                     0);
+    assert_non_null(strstr(out.data, "published=4 pending=0"));
+    msgs s;
+    consume(b.addr, &s);
+    assert_int_equal(s.n, 4);
+    const msg *h = NULL;
+    for (size_t i = 0; i < s.n; i++)
+        if (strncmp(s.m[i].id, "ledger.head:", 12) == 0)
+            h = &s.m[i];
+    assert_non_null(h);
+    assert_string_equal(h->key, "ledger");
+    const char *data;
+    size_t len;
+    data_of(h, &data, &len);
+    char path[700];
+    snprintf(path, sizeof path, "%s/announced-head.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    tally_buf_reset(&out);
+    assert_int_equal(tu_tally(&out, "--db '%s' --key '%s' verify --head '%s' 2>&1", db, key, path),
+                     0);
+    assert_non_null(strstr(out.data, "still holds"));
+    /* the head moved only by its own announcement: nothing new to announce */
+    tally_buf_reset(&out);
+    assert_int_equal(tu_tally(&out,
+                              "--db '%s' --key '%s' publish --brokers '%s' --until-idle 1 "
+                              "2>>'%s'",
+                              db, key, b.addr, logpath),
+                     0);
+    assert_non_null(strstr(out.data, "published=0 pending=0"));
+    msgs_release(&s);
+    tally_buf_release(&out);
+    broker_stop(&b);
+}
+
 int main(void)
 {
     setenv("TALLY_NOW", "2026-04-02T08:00:00Z", 1);
@@ -584,6 +637,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_usage_errors, teardown),
         cmocka_unit_test_teardown(test_each_event_once_and_verbatim, teardown),
+        cmocka_unit_test_teardown(test_ledger_head_announced, teardown),
         cmocka_unit_test_teardown(test_broker_down_then_up, teardown),
         cmocka_unit_test_teardown(test_broker_not_listening_yet, teardown),
         cmocka_unit_test_teardown(test_sigterm, teardown),

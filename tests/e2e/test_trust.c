@@ -33,6 +33,11 @@ static const char usage[] =
     "CREATE TRIGGER invoices_no_delete BEFORE DELETE ON invoices\n"                                \
     "BEGIN SELECT RAISE(ABORT, 'finalized invoices are immutable'); END;"
 
+#define RESTORE_CHAIN_POSTINGS                                                                     \
+    "CREATE TRIGGER chain_postings AFTER INSERT ON postings BEGIN SELECT "                         \
+    "tally_chain_add('postings', NEW.rowid, tally_canon('postings', NEW.id, NEW.entry_id, "        \
+    "NEW.ledger_acct, NEW.currency, NEW.debit_minor, NEW.credit_minor)); END;"
+
 /* Runs tally in dir on a ledger and key there; stdout and stderr into out. */
 static int tally(tally_buf *out, const char *db, const char *key, const char *args)
 {
@@ -147,8 +152,65 @@ static void test_verify_real_ledger(void **state)
     /* another key: the first document is named */
     assert_int_equal(tally(&out, "tally.db", "k3.key", "keygen"), 0);
     assert_int_equal(tally(&out, "tally.db", "k3.key", "verify"), 1);
-    assert_non_null(strstr(out.data, "invoice INV-2026-000001: signature does not verify"));
+    assert_non_null(strstr(out.data, "invoice INV-2026-000001: signed with key "));
+    assert_non_null(strstr(out.data, "which is not among the keys of k3.key"));
     tally_buf_release(&out);
+}
+
+/* Item 7 of issue 14: `keygen --force` used to make every old invoice fail
+ * verification. Now the old public key is kept; old documents verify with
+ * it, new ones are signed with the new key and name it. */
+static void test_key_rotation_keeps_old_documents_valid(void **state)
+{
+    (void)state;
+    tally_buf out, ids;
+    tally_buf_init(&out, 0);
+    tally_buf_init(&ids, 0);
+    assert_int_equal(tu_sh(NULL,
+                           "cd '%s' && rm -f rot.db* rot.key* && cp tally.db rot.db && "
+                           "cp tally.key rot.key && cp tally.key.pubkeys rot.key.pubkeys",
+                           dir),
+                     0);
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "pubkey --all"), 0);
+    const char *old_id = strstr(out.data, "key id ");
+    assert_non_null(old_id);
+    char old[17];
+    snprintf(old, sizeof old, "%s", old_id + 7);
+    assert_non_null(strstr(strstr(out.data, "-----BEGIN"), "-----END PUBLIC KEY-----"));
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "keygen --force"), 0);
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "verify"), 0);
+    assert_non_null(strstr(out.data, "4 documents chained and signed"));
+    /* both keys listed, the new one first; the list alone verifies */
+    assert_int_equal(tally(&ids, "rot.db", "rot.key", "pubkey --all > rot.all.pem"), 0);
+    tally_buf_reset(&ids);
+    assert_int_equal(tu_sh(&ids, "cd '%s' && grep -c '^key id ' rot.all.pem", dir), 0);
+    assert_string_equal(ids.data, "2\n");
+    tally_buf_reset(&ids);
+    assert_int_equal(tu_sh(&ids, "cd '%s' && sed -n 1p rot.all.pem", dir), 0);
+    assert_true(strncmp(ids.data, "key id ", 7) == 0);
+    assert_null(strstr(ids.data, old));
+    assert_int_equal(tally(&out, "rot.db", "rot.all.pem", "verify"), 0);
+    /* a new document names the new key */
+    assert_int_equal(
+        tally(&out, "rot.db", "rot.key", "invoice void INV-2026-000002 --reason rotated"), 0);
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "invoice show CN-2026-000002 --format json"),
+                     0);
+    char want[40];
+    snprintf(want, sizeof want, "\"key_id\":\"%.16s\"", ids.data + 7);
+    assert_non_null(strstr(out.data, want));
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "invoice show INV-2026-000001 --format json"),
+                     0);
+    snprintf(want, sizeof want, "\"key_id\":\"%s\"", old);
+    assert_non_null(strstr(out.data, want));
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "verify"), 0);
+    assert_non_null(strstr(out.data, "5 documents chained and signed"));
+    /* without the kept keys the old documents cannot be checked, and say so */
+    assert_int_equal(tu_sh(NULL, "cd '%s' && rm rot.key.pubkeys", dir), 0);
+    assert_int_equal(tally(&out, "rot.db", "rot.key", "verify"), 1);
+    snprintf(want, sizeof want, "signed with key %s", old);
+    assert_non_null(strstr(out.data, want));
+    tally_buf_release(&out);
+    tally_buf_release(&ids);
 }
 
 /* Copies the ledger, applies sql with the sqlite3 tool, runs tally verify:
@@ -195,8 +257,9 @@ static void test_tampering_is_caught(void **state)
              "'INV-2026-000002';" RESTORE_UPDATE,
              "FAILED: invoice INV-2026-000002: stored document does not match its hash");
     tampered("d_unbalanced_posting",
+             "DROP TRIGGER chain_postings; "
              "INSERT INTO postings(entry_id, ledger_acct, currency, debit_minor, credit_minor) "
-             "VALUES (1, 'receivable:acme', 'CNY', 100, 0);",
+             "VALUES (1, 'receivable:acme', 'CNY', 100, 0);" RESTORE_CHAIN_POSTINGS,
              "FAILED: entry 1 (invoice INV-2026-000001): debits");
     tampered("e_delete_invoice",
              "DROP TRIGGER invoices_no_delete; DELETE FROM invoices WHERE id = 'INV-2026-000001';",
@@ -215,6 +278,220 @@ static void test_tampering_is_caught(void **state)
     tally_buf out;
     tally_buf_init(&out, 0);
     assert_int_equal(tally(&out, "tally.db", "tally.key", "verify"), 0);
+    tally_buf_release(&out);
+}
+
+/* The text of trigger name as a migration in schemas/ creates it, so a test
+ * can drop and recreate it around an edit, as an attacker would. */
+static void trigger_text(const char *name, tally_buf *out)
+{
+    static const char *const files[] = {"001_init.sql", "003_outbox.sql", "008_chain.sql"};
+    char want[128];
+    snprintf(want, sizeof want, "CREATE TRIGGER %s ", name);
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char path[700];
+        tally_buf f;
+        tally_buf_init(&f, 0);
+        snprintf(path, sizeof path, "%s/schemas/%s", TALLY_SOURCE_DIR, files[i]);
+        assert_int_equal(tu_read_file(path, &f), 0);
+        const char *s = strstr(f.data, want);
+        const char *e = s ? strstr(s, "END;") : NULL;
+        if (e)
+            assert_int_equal(tally_buf_append(out, s, (size_t)(e + 4 - s)), TALLY_OK);
+        tally_buf_release(&f);
+        if (e)
+            return;
+    }
+    fail_msg("no trigger %s in schemas/", name);
+}
+
+/* Copies base.db to name.db, drops the triggers (comma-separated), runs sql,
+ * recreates them, and runs `tally verify ARGS`: it must exit 1 naming want. */
+static void tamper(const char *name, const char *triggers, const char *sql, const char *args,
+                   const char *want)
+{
+    tally_buf q, out;
+    tally_buf_init(&q, 0);
+    tally_buf_init(&out, 0);
+    char t[96], path[700];
+    for (const char *p = triggers; *p;) {
+        size_t n = strcspn(p, ",");
+        snprintf(t, sizeof t, "%.*s", (int)n, p);
+        assert_int_equal(tally_buf_printf(&q, "DROP TRIGGER %s;\n", t), TALLY_OK);
+        p += n + (p[n] == ',');
+    }
+    assert_int_equal(tally_buf_printf(&q, "%s\n", sql), TALLY_OK);
+    for (const char *p = triggers; *p;) {
+        size_t n = strcspn(p, ",");
+        snprintf(t, sizeof t, "%.*s", (int)n, p);
+        trigger_text(t, &q);
+        assert_int_equal(tally_buf_puts(&q, "\n"), TALLY_OK);
+        p += n + (p[n] == ',');
+    }
+    snprintf(path, sizeof path, "%s/%s.sql", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(q.data, f);
+    assert_int_equal(fclose(f), 0);
+    if (tu_sh(&out,
+              "cd '%s' && rm -f %s.db* && cp base.db %s.db && sqlite3 -bail %s.db < %s.sql 2>&1",
+              dir, name, name, name, name) != 0)
+        fail_msg("%s: sqlite3 failed: %s", name, out.data);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "verify %s", args);
+    snprintf(t, sizeof t, "%s.db", name);
+    int rc = tally(&out, t, "tally.key", cmd);
+    if (rc != 1 || !strstr(out.data, want))
+        fail_msg("%s: exit %d, output: %s (wanted \"%s\")", name, rc, out.data, want);
+    tally_buf_release(&q);
+    tally_buf_release(&out);
+}
+
+/* Item 6 of issue 14: each edit used to pass `tally verify` once the
+ * append-only triggers were dropped and recreated around it. */
+static void test_chain_catches_hidden_edits(void **state)
+{
+    (void)state;
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tu_sh(NULL, "cd '%s' && rm -f base.db* && cp tally.db base.db", dir), 0);
+    assert_int_equal(tally(&out, "base.db", "tally.key", "credit grant acme 1.00 --kind coupon"),
+                     0);
+    assert_int_equal(tally(&out, "base.db", "tally.key", "verify"), 0);
+    /* receivable and revenue of INV-2026-000001 both lowered by 1.00, balances too */
+    tamper("h_balanced_postings", "postings_no_update",
+           "UPDATE postings SET debit_minor = debit_minor - 100 WHERE ledger_acct = "
+           "'receivable:acme' AND entry_id = (SELECT id FROM entries WHERE ref = "
+           "'INV-2026-000001');\n"
+           "UPDATE postings SET credit_minor = credit_minor - 100 WHERE ledger_acct LIKE "
+           "'revenue:%' AND entry_id = (SELECT id FROM entries WHERE ref = 'INV-2026-000001');\n"
+           "UPDATE balances SET debit_minor = debit_minor - 100 WHERE ledger_acct = "
+           "'receivable:acme';\n"
+           "UPDATE balances SET credit_minor = credit_minor - 100 WHERE ledger_acct LIKE "
+           "'revenue:%';",
+           "",
+           "FAILED: invoice INV-2026-000001: entry 1 posts 674 to receivable:acme and 0 to its "
+           "grants, but the signed document says amount due 774");
+    /* the last document with its lines, entry, postings and outbox rows */
+    tamper("i_last_document_deleted",
+           "invoices_no_delete,invoice_lines_no_delete,entries_no_delete,postings_no_delete,"
+           "outbox_no_delete",
+           "DELETE FROM invoice_lines WHERE invoice_seq = (SELECT max(seq) FROM invoices);\n"
+           "DELETE FROM postings WHERE entry_id IN (SELECT id FROM entries WHERE ref = "
+           "'CN-2026-000001');\n"
+           "DELETE FROM entries WHERE ref = 'CN-2026-000001';\n"
+           "DELETE FROM outbox WHERE event_id LIKE '%CN-2026-000001%' OR type LIKE '%void%';\n"
+           "DELETE FROM invoices WHERE id = 'CN-2026-000001';\n"
+           "UPDATE balances SET debit_minor = 33, credit_minor = 0 WHERE ledger_acct = "
+           "'receivable:gamma';\n"
+           "UPDATE balances SET debit_minor = debit_minor - 33 WHERE ledger_acct = "
+           "'revenue:accelerator';",
+           "", ": deleted (chain entry ");
+    tamper("j_grant_multiplied", "grants_no_update",
+           "UPDATE grants SET amount_minor = amount_minor * 100;", "",
+           "FAILED: grant 1: changed since chain entry ");
+    tamper("k_grant_inserted", "chain_grants",
+           "INSERT INTO grants(account, kind, amount_minor, currency, effective_s, created_at) "
+           "VALUES ('beta', 'coupon', 50000, 'CNY', 0, 0);",
+           "", "FAILED: grant 2: not in the ledger chain (written around Tally)");
+    tally_buf_release(&out);
+}
+
+/* The same for outbox rows, prices, documents, usage and the chain itself
+ * (on base.db from test_chain_catches_hidden_edits). */
+static void test_chain_catches_hidden_edits_2(void **state)
+{
+    (void)state;
+    tamper("l_outbox_payload_edited", "outbox_no_update",
+           "UPDATE outbox SET payload = CAST(replace(CAST(payload AS TEXT), 'acme', 'acmf') AS "
+           "BLOB) WHERE id = 1;",
+           "", "FAILED: outbox event invoice.finalized:INV-2026-000001: changed since chain entry");
+    tamper("m_outbox_row_deleted", "outbox_no_delete", "DELETE FROM outbox WHERE id = 2;", "",
+           "FAILED: outbox row 2: deleted (chain entry ");
+    tamper("n_ratecard_edited", "ratecards_no_update",
+           "UPDATE ratecards SET body = replace(body, '\"h100\"', '\"h100 \"');", "",
+           "FAILED: rate card ");
+    tamper("o_spot_price_edited", "spot_prices_no_update",
+           "UPDATE spot_prices SET price_nano = price_nano / 2 WHERE id = 1;", "",
+           "FAILED: spot price 1 (");
+    tamper("p_refers_to_set", "invoices_no_update",
+           "UPDATE invoices SET refers_to = 'INV-2026-000001' WHERE id = 'INV-2026-000002';", "",
+           "FAILED: invoice INV-2026-000002: changed since chain entry ");
+    /* usage is chained by batch totals: an edited or inserted row shows */
+    tamper("r_usage_edited", "", "UPDATE usage_intervals SET weight = 1 WHERE weight = 2;", "",
+           "FAILED: usage of meter 0: the usage tables hold ");
+    tamper("s_usage_inserted", "",
+           "INSERT INTO usage_points(account, meter, dim, dim2, t_s, qty, seq) VALUES ('acme', 3, "
+           "'x', 'in', 1772323200, 1000000, 1);",
+           "", "FAILED: usage of meter 3: the usage tables hold 1000000");
+    /* rewriting the chain after an edit breaks every later link */
+    tamper("q_chain_rewritten", "grants_no_update,ledger_chain_no_update",
+           "UPDATE grants SET amount_minor = 7;\n"
+           "UPDATE ledger_chain SET row_hash = lower(hex(randomblob(32))) "
+           "WHERE tbl = 'grants';",
+           "", "its hash does not follow from the entry before");
+}
+
+/* `tally head` and `tally verify --head FILE`: a saved head catches what
+ * leaves a consistent but shorter chain: a rollback of the file to an
+ * older copy, and the last writes deleted with their chain entries. */
+static void test_signed_head(void **state)
+{
+    (void)state;
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tu_sh(NULL,
+                           "cd '%s' && rm -f hd*.db* && cp tally.db hd.db && cp tally.db "
+                           "hd_old.db",
+                           dir),
+                     0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "head > h1.json"), 0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head h1.json"), 0);
+    assert_non_null(strstr(out.data, "signed head in h1.json still holds"));
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "credit grant acme 5.00 --kind coupon"), 0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "head > h2.json"), 0);
+    assert_int_equal(tu_sh(&out, "cd '%s' && cat h2.json", dir), 0);
+    assert_non_null(strstr(out.data, "{\"type\":\"ledger.head\",\"seq\":"));
+    assert_non_null(strstr(out.data, "\"key_id\":\""));
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head h2.json"), 0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head h1.json"), 0);
+    /* the file rolled back to the copy from before the grant */
+    assert_int_equal(tally(&out, "hd_old.db", "tally.key", "verify"), 0);
+    assert_int_equal(tally(&out, "hd_old.db", "tally.key", "verify --head h2.json"), 1);
+    assert_non_null(strstr(out.data, "before the signed head (entries were removed or the file "
+                                     "was rolled back)"));
+    /* the grant deleted with its entry, postings, balances and chain entries */
+    assert_int_equal(
+        tu_sh(&out,
+              "cd '%s' && cp hd.db hd_cut.db && sqlite3 -bail hd_cut.db \"DROP TRIGGER "
+              "grants_no_delete; DROP TRIGGER entries_no_delete; DROP TRIGGER postings_no_delete; "
+              "DROP TRIGGER ledger_chain_no_delete; DELETE FROM postings WHERE entry_id = (SELECT "
+              "max(id) FROM entries); DELETE FROM entries WHERE id = (SELECT max(id) FROM "
+              "entries); DELETE FROM grants; DELETE FROM balances WHERE ledger_acct LIKE "
+              "'%%coupon' OR ledger_acct LIKE 'grant:%%'; DELETE FROM ledger_chain WHERE seq > "
+              "(SELECT seq FROM ledger_chain WHERE tbl = 'outbox' ORDER BY seq DESC LIMIT 1);\" "
+              "&& sqlite3 hd_cut.db .schema > /dev/null",
+              dir),
+        0);
+    /* put the triggers back as they were */
+    tally_buf fix;
+    tally_buf_init(&fix, 0);
+    trigger_text("grants_no_delete", &fix);
+    trigger_text("entries_no_delete", &fix);
+    trigger_text("postings_no_delete", &fix);
+    trigger_text("ledger_chain_no_delete", &fix);
+    write_file("fix.sql", fix.data);
+    assert_int_equal(tu_sh(&out, "cd '%s' && sqlite3 -bail hd_cut.db < fix.sql", dir), 0);
+    assert_int_equal(tally(&out, "hd_cut.db", "tally.key", "verify"), 0); /* consistent... */
+    assert_int_equal(tally(&out, "hd_cut.db", "tally.key", "verify --head h2.json"), 1);
+    assert_non_null(strstr(out.data, "before the signed head"));
+    /* a forged head */
+    assert_int_equal(tu_sh(NULL, "cd '%s' && sed 's/\"seq\":/\"seq\":1/' h1.json > h3.json", dir),
+                     0);
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head h3.json"), 1);
+    assert_non_null(strstr(out.data, "its signature does not verify"));
+    assert_int_equal(tally(&out, "hd.db", "tally.key", "verify --head nothere.json"), 1);
+    tally_buf_release(&fix);
     tally_buf_release(&out);
 }
 
@@ -311,7 +588,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keygen_and_pubkey),
         cmocka_unit_test(test_verify_real_ledger),
+        cmocka_unit_test(test_key_rotation_keeps_old_documents_valid),
         cmocka_unit_test(test_tampering_is_caught),
+        cmocka_unit_test(test_chain_catches_hidden_edits),
+        cmocka_unit_test(test_chain_catches_hidden_edits_2),
+        cmocka_unit_test(test_signed_head),
         cmocka_unit_test(test_page_commands_verify_real_invoice),
         cmocka_unit_test(test_page_renders_in_chromium),
     };

@@ -656,6 +656,36 @@ static void test_fence(void **state)
     fx_close(&f);
 }
 
+/* Each shard chains its own usage batches; verify on the directory checks
+ * every shard and names the one whose usage was edited. */
+static void test_shard_chain_checked(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "shard-chain");
+    stream s = {.n_accounts = 3, .n_events = 30, .partitions = 2, .tag = "c", .month = "03"};
+    write_shards(&f, &s);
+    char why[512] = "", path[700];
+    assert_int_equal(tally_ledger_verify(f.l, f.key, why, sizeof why), TALLY_OK);
+    shard_path(&f, 1, path, sizeof path);
+    assert_true(file_value(path, "SELECT count(*) FROM usage_batches") > 0);
+    tally_ledger *x = NULL;
+    assert_int_equal(tally_ledger_open(path, &x, why, sizeof why), TALLY_OK);
+    assert_int_equal(tally_ledger_exec(x, "UPDATE usage_intervals SET weight = weight + 1 "
+                                          "WHERE id = (SELECT min(id) FROM usage_intervals)"),
+                     TALLY_OK);
+    tally_ledger_close(x);
+    assert_int_equal(tally_ledger_verify(f.l, f.key, why, sizeof why), TALLY_TAMPERED);
+    assert_non_null(strstr(why, "shard shard-" TOPIC "-1: usage of meter 0: the usage tables"));
+    /* put it back, so fx_close's verify passes */
+    assert_int_equal(tally_ledger_open(path, &x, why, sizeof why), TALLY_OK);
+    assert_int_equal(tally_ledger_exec(x, "UPDATE usage_intervals SET weight = weight - 1 "
+                                          "WHERE id = (SELECT min(id) FROM usage_intervals)"),
+                     TALLY_OK);
+    tally_ledger_close(x);
+    fx_close(&f);
+}
+
 /* ---- Rate cards and accounts across main.db and shards ------------------------------ */
 
 static void test_cards_and_accounts(void **state)
@@ -763,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_lock_in_process),
         cmocka_unit_test(test_lock_across_processes),
         cmocka_unit_test(test_fence),
+        cmocka_unit_test(test_shard_chain_checked),
         cmocka_unit_test(test_cards_and_accounts),
         cmocka_unit_test(test_dir_edges),
     };

@@ -14,7 +14,8 @@
 
 /* Keys whose values name or seal a document rather than bill anything. */
 static const char *const rel_volatile_keys[] = {
-    "invoice_id", "number", "hash", "prev_hash", "signature", "issued_at", "finalized_at", NULL,
+    "invoice_id", "number",    "key_id",       "hash", "prev_hash",
+    "signature",  "issued_at", "finalized_at", NULL,
 };
 
 static inline void rel_strip(json_object *o)

@@ -254,6 +254,63 @@ static void test_openssl_cli_verifies(void **state)
     tally_buf_release(&out);
 }
 
+/* Key ids and keyrings: rotation keeps every public key, each found by its
+ * id; a file without keys, an unknown id and a bad signature are refused. */
+static void test_keyring_rotation(void **state)
+{
+    (void)state;
+    const char *key = path_in("ring.key");
+    char id1[TALLY_KEY_ID_LEN + 1], id2[TALLY_KEY_ID_LEN + 1], hash[65], sig1[129], sig2[129];
+    tally_sha256_hex("doc", 3, hash);
+    assert_int_equal(tally_keygen(key, 0), TALLY_OK);
+    assert_int_equal(tally_key_id(key, id1), TALLY_OK);
+    assert_int_equal(strlen(id1), TALLY_KEY_ID_LEN);
+    assert_int_equal(tally_sign_hash(key, hash, sig1), TALLY_OK);
+    assert_int_equal(tally_keygen(key, 1), TALLY_OK);
+    assert_int_equal(tally_key_id(key, id2), TALLY_OK);
+    assert_string_not_equal(id1, id2);
+    assert_int_equal(tally_sign_hash(key, hash, sig2), TALLY_OK);
+
+    tally_keyring *kr = NULL;
+    assert_int_equal(tally_keyring_load(key, &kr), TALLY_OK);
+    assert_int_equal(tally_keyring_count(kr), 2);
+    assert_string_equal(tally_keyring_id(kr, 0), id2); /* the current key first */
+    assert_string_equal(tally_keyring_id(kr, 1), id1);
+    assert_int_equal(tally_keyring_verify(kr, id1, hash, sig1), TALLY_OK);
+    assert_int_equal(tally_keyring_verify(kr, id2, hash, sig2), TALLY_OK);
+    assert_int_equal(tally_keyring_verify(kr, "", hash, sig1), TALLY_OK); /* no id: any key */
+    assert_int_equal(tally_keyring_verify(kr, id2, hash, sig1), TALLY_TAMPERED);
+    assert_int_equal(tally_keyring_verify(kr, "0123456789abcdef", hash, sig1), TALLY_NOT_FOUND);
+    tally_buf pems;
+    tally_buf_init(&pems, 0);
+    for (size_t i = 0; i < tally_keyring_count(kr); i++)
+        assert_int_equal(tally_keyring_pem(kr, i, &pems), TALLY_OK);
+    assert_int_equal(tally_keyring_pem(kr, 2, &pems), TALLY_INVAL);
+    tally_keyring_destroy(kr);
+
+    /* a file of public keys alone is a keyring */
+    write_bytes(path_in("ring.pub"), pems.data, pems.len);
+    assert_int_equal(tally_keyring_load(path_in("ring.pub"), &kr), TALLY_OK);
+    assert_int_equal(tally_keyring_count(kr), 2);
+    assert_int_equal(tally_keyring_verify(kr, id1, hash, sig1), TALLY_OK);
+    tally_keyring_destroy(kr);
+    tally_buf_release(&pems);
+
+    /* forcing again does not repeat a kept key */
+    assert_int_equal(tally_keyring_load(key, &kr), TALLY_OK);
+    size_t n = tally_keyring_count(kr);
+    tally_keyring_destroy(kr);
+    assert_int_equal(n, 2);
+
+    write_bytes(path_in("junk.pem"), "not a key\n", 10);
+    assert_int_equal(tally_keyring_load(path_in("junk.pem"), &kr), TALLY_CRYPTO);
+    assert_null(kr);
+    assert_int_equal(tally_keyring_load(path_in("none.key"), &kr), TALLY_NOT_FOUND);
+    assert_int_equal(tally_keyring_load("", &kr), TALLY_NOT_FOUND);
+    assert_int_equal(tally_key_id(path_in("none.key"), id1), TALLY_NOT_FOUND);
+    tally_keyring_destroy(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -263,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_missing_and_bad_keys),
         cmocka_unit_test(test_pubkey_pem_and_public_key_file),
         cmocka_unit_test(test_openssl_cli_verifies),
+        cmocka_unit_test(test_keyring_rotation),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -281,4 +281,40 @@ TALLY_MUST_CHECK tally_err tally_ledger_key_revoke(tally_ledger *l, int64_t id, 
 TALLY_MUST_CHECK tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why,
                                                size_t cap);
 
+/* ---- Signed heads of the ledger's own chain (SPEC section 5) ------------ */
+
+/* The head of the ledger chain (schemas/008_chain.sql), signed: the last
+ * entry's seq and hash, when it was signed, and the key that signed it.
+ * The signature is Ed25519 over the SHA-256 of
+ * "tally ledger head\n<seq>\n<hash>\n<time, RFC 3339>\n". */
+typedef struct tally_ledger_head {
+    int64_t seq; /* 0 and 64 zeros for an empty chain */
+    char hash[65];
+    int64_t time_s;
+    char key_id[17];
+    char signature[129];
+} tally_ledger_head;
+
+/* Signs the current head with the key at key_path. Errors: TALLY_NOT_FOUND
+ * (no key), TALLY_CRYPTO, TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_head_sign(tally_ledger *l, const char *key_path,
+                                                  tally_ledger_head *out);
+/* Appends h as one line of JSON: {"type":"ledger.head","seq","hash","time",
+ * "key_id","signature"}. */
+TALLY_MUST_CHECK tally_err tally_ledger_head_json(const tally_ledger_head *h, tally_buf *out);
+/* Checks a head saved from `tally head` (json, len): its signature with the
+ * keys of key_path, and that the ledger's chain still holds that entry with
+ * that hash. Run after tally_ledger_verify, which checks every entry before
+ * it. Errors: TALLY_TAMPERED (why says what), TALLY_PARSE (not a head). */
+TALLY_MUST_CHECK tally_err tally_ledger_head_check(tally_ledger *l, const char *key_path,
+                                                   const char *json, size_t len, char *why,
+                                                   size_t cap);
+/* Adds a "ledger.head" outbox event (id "ledger.head:<seq>", subject
+ * "ledger", data = the signed head) when the chain has grown since the last
+ * one (other than by ledger.head events themselves); `tally publish` calls
+ * it before draining, so heads are announced like invoices. *added says
+ * whether one was added. Errors: those of tally_ledger_head_sign. */
+TALLY_MUST_CHECK tally_err tally_ledger_head_announce(tally_ledger *l, const char *key_path,
+                                                      bool *added);
+
 #endif

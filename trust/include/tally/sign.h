@@ -9,13 +9,44 @@
 #include "tally/buf.h"
 #include "tally/err.h"
 
+/* Length of a key id in hex digits: the first 16 hex digits of the SHA-256
+ * of the 32 raw bytes of an Ed25519 public key. */
+#define TALLY_KEY_ID_LEN 16
+
 /* Creates a new Ed25519 private key as PEM at path, mode 0600. Refuses to
- * replace an existing file unless force. Errors: TALLY_EXISTS, TALLY_IO,
- * TALLY_CRYPTO. */
+ * replace an existing file unless force. Every public key ever created at
+ * path (and, on force, the one replaced) is appended to the keyring file
+ * "<path>.pubkeys" (PEM, mode 0644), so documents signed with an older key
+ * still verify. Errors: TALLY_EXISTS, TALLY_IO, TALLY_CRYPTO. */
 TALLY_MUST_CHECK tally_err tally_keygen(const char *path, int force);
 /* Appends the public key of the private key at path, as PEM.
  * Errors: TALLY_NOT_FOUND, TALLY_CRYPTO. */
 TALLY_MUST_CHECK tally_err tally_pubkey_pem(const char *path, tally_buf *out);
+
+/* The key id of the key at path (private or public PEM), as
+ * TALLY_KEY_ID_LEN hex digits plus NUL. Errors: TALLY_NOT_FOUND,
+ * TALLY_CRYPTO. */
+TALLY_MUST_CHECK tally_err tally_key_id(const char *path, char id[TALLY_KEY_ID_LEN + 1]);
+
+/* Every public key known for a key path: the key at path itself (a private
+ * key, or one or more PEM public keys, such as the output of
+ * `tally pubkey --all`), then those of "<path>.pubkeys", without repeats.
+ * Index 0 is the first key of path. */
+typedef struct tally_keyring tally_keyring;
+/* Loads the keyring of key_path. Errors: TALLY_NOT_FOUND (no key at all),
+ * TALLY_CRYPTO (a file that holds no Ed25519 key), TALLY_IO, TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err tally_keyring_load(const char *key_path, tally_keyring **out);
+void tally_keyring_destroy(tally_keyring *kr);
+size_t tally_keyring_count(const tally_keyring *kr);
+/* The key id of key i (borrowed, valid until destroy). */
+const char *tally_keyring_id(const tally_keyring *kr, size_t i);
+/* Appends key i's public key as PEM. */
+TALLY_MUST_CHECK tally_err tally_keyring_pem(const tally_keyring *kr, size_t i, tally_buf *out);
+/* Checks a signature with the key named key_id; an empty key_id (documents
+ * from before key ids) tries every key. Errors: TALLY_NOT_FOUND (no key
+ * with that id), TALLY_TAMPERED (bad signature), TALLY_CRYPTO. */
+TALLY_MUST_CHECK tally_err tally_keyring_verify(const tally_keyring *kr, const char *key_id,
+                                                const char hash_hex[65], const char sig_hex[129]);
 
 /* SHA-256 of data as 64 lower-case hex digits plus NUL. */
 void tally_sha256_hex(const void *data, size_t len, char hex[65]);

@@ -1,0 +1,333 @@
+/* The ledger's own hash chain (schemas/008_chain.sql, SPEC section 5): the
+ * SQL functions its triggers use, registered on every connection the ledger
+ * opens.
+ *
+ *   tally_canon(v1, v2, ...)  the canonical serialization of its arguments,
+ *                             as a BLOB: for each value a type letter and
+ *                             its bytes, lengths written out, so no two
+ *                             different rows serialize alike:
+ *                               NULL     "n;"
+ *                               integer  "i" <decimal> ";"
+ *                               text     "t" <byte length> ":" <bytes> ";"
+ *                               blob     "b" <byte length> ":" <bytes> ";"
+ *                             (reals never occur in Tally's tables; they
+ *                             are refused).
+ *   tally_sha256(x)           SHA-256 of the bytes of x, lower-case hex.
+ *   tally_chain_add(t, k, c)  appends the chain entry of row k of table t
+ *                             whose canonical form is c: row_hash =
+ *                             SHA-256(c), hash = SHA-256(tally_canon(the
+ *                             previous entry's hash or '', seq, t, k,
+ *                             row_hash)). The triggers call it; it writes
+ *                             with statements cached per connection, since
+ *                             trigger bodies are compiled into every
+ *                             statement that writes a covered table.
+ *   tally_qty_sum(x, m)       aggregate: the exact sum of x * m (x an integer
+ *                             or a decimal integer text, m an integer) as
+ *                             decimal text, in 128 bits: usage quantities
+ *                             (bytes x seconds) pass 64 bits.
+ *
+ * Usage is chained by batch totals, not row by row: each ingest commit
+ * writes one usage_batches row per meter it added usage to (events and
+ * quantity), and verify checks that the batches' totals add up to what the
+ * usage tables hold (ledger_chain_count, ledger_chain_batch).
+ *
+ * Both are deterministic and innocuous, so they may run in triggers. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger_int.h"
+#include "tally/money.h"
+#include "tally/sign.h"
+
+static tally_err canon_value(tally_buf *b, sqlite3_value *v)
+{
+    switch (sqlite3_value_type(v)) {
+    case SQLITE_NULL:
+        return tally_buf_puts(b, "n;");
+    case SQLITE_INTEGER:
+        return tally_buf_printf(b, "i%" PRId64 ";", (int64_t)sqlite3_value_int64(v));
+    case SQLITE_TEXT:
+    case SQLITE_BLOB: {
+        bool text = sqlite3_value_type(v) == SQLITE_TEXT;
+        const void *p = text ? (const void *)sqlite3_value_text(v) : sqlite3_value_blob(v);
+        int n = sqlite3_value_bytes(v);
+        tally_err e = tally_buf_printf(b, "%c%d:", text ? 't' : 'b', n);
+        if (e == TALLY_OK && n > 0)
+            e = tally_buf_append(b, p, (size_t)n);
+        return e == TALLY_OK ? tally_buf_puts(b, ";") : e;
+    }
+    default:
+        return TALLY_INVAL;
+    }
+}
+
+static tally_err canon_text(tally_buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    tally_err e = tally_buf_printf(b, "t%zu:", n);
+    if (e == TALLY_OK && n > 0)
+        e = tally_buf_append(b, s, n);
+    return e == TALLY_OK ? tally_buf_puts(b, ";") : e;
+}
+
+static void fn_canon(sqlite3_context *cx, int argc, sqlite3_value **argv)
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    tally_err e = tally_buf_puts(&b, "");
+    for (int i = 0; e == TALLY_OK && i < argc; i++)
+        e = canon_value(&b, argv[i]);
+    if (e == TALLY_OK)
+        sqlite3_result_blob64(cx, b.data, b.len, SQLITE_TRANSIENT);
+    else if (e == TALLY_NOMEM)
+        sqlite3_result_error_nomem(cx);
+    else
+        sqlite3_result_error(cx, "tally_canon: a value Tally never stores", -1);
+    tally_buf_release(&b);
+}
+
+static void fn_sha256(sqlite3_context *cx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    char hex[65];
+    const void *p = sqlite3_value_blob(argv[0]);
+    tally_sha256_hex(p ? p : "", (size_t)sqlite3_value_bytes(argv[0]), hex);
+    sqlite3_result_text(cx, hex, 64, SQLITE_TRANSIENT);
+}
+
+/* A decimal integer text ("-12", "340282366920938463463374607431768211455"
+ * is too large); 0 on success. */
+static int parse_i128(const char *s, __int128 *out)
+{
+    bool neg = *s == '-';
+    s += neg;
+    if (!*s)
+        return -1;
+    __int128 v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || __builtin_mul_overflow(v, 10, &v) ||
+            __builtin_add_overflow(v, *s - '0', &v))
+            return -1;
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+typedef struct qty_acc {
+    __int128 sum;
+    bool bad;
+} qty_acc;
+
+static void fn_qty_step(sqlite3_context *cx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    qty_acc *a = sqlite3_aggregate_context(cx, sizeof *a);
+    if (!a)
+        return;
+    __int128 x = 0, p;
+    if (sqlite3_value_type(argv[0]) == SQLITE_TEXT)
+        a->bad |= parse_i128((const char *)sqlite3_value_text(argv[0]), &x) != 0;
+    else
+        x = sqlite3_value_int64(argv[0]);
+    a->bad |= __builtin_mul_overflow(x, (__int128)sqlite3_value_int64(argv[1]), &p) ||
+              __builtin_add_overflow(a->sum, p, &a->sum);
+}
+
+static void fn_qty_final(sqlite3_context *cx)
+{
+    qty_acc *a = sqlite3_aggregate_context(cx, 0);
+    char buf[48];
+    if (a && a->bad) {
+        sqlite3_result_error(cx, "tally_qty_sum: overflow or malformed quantity", -1);
+        return;
+    }
+    if (tally_i128_format(a ? a->sum : 0, buf, sizeof buf) != TALLY_OK) {
+        sqlite3_result_error(cx, "tally_qty_sum: cannot format", -1);
+        return;
+    }
+    sqlite3_result_text(cx, buf, -1, SQLITE_TRANSIENT);
+}
+
+struct chain_conn {
+    sqlite3 *db;
+    sqlite3_stmt *last, *ins;
+};
+
+static void chain_conn_free(void *p)
+{
+    struct chain_conn *c = p;
+    if (!c)
+        return;
+    sqlite3_finalize(c->last);
+    sqlite3_finalize(c->ins);
+    free(c);
+}
+
+void ledger_chain_close(tally_ledger *l)
+{
+    if (!l->chain)
+        return;
+    sqlite3_finalize(l->chain->last);
+    sqlite3_finalize(l->chain->ins);
+    l->chain->last = l->chain->ins = NULL;
+}
+
+/* The last entry's seq and hash (0 and "" for an empty chain). */
+static int chain_last(struct chain_conn *c, int64_t *seq, char hash[65])
+{
+    int rc = SQLITE_OK;
+    if (!c->last)
+        rc = sqlite3_prepare_v3(c->db,
+                                "SELECT seq, hash FROM ledger_chain ORDER BY seq DESC LIMIT 1", -1,
+                                SQLITE_PREPARE_PERSISTENT, &c->last, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    *seq = 0;
+    hash[0] = '\0';
+    rc = sqlite3_step(c->last);
+    if (rc == SQLITE_ROW) {
+        *seq = sqlite3_column_int64(c->last, 0);
+        const unsigned char *h = sqlite3_column_text(c->last, 1);
+        snprintf(hash, 65, "%s", h ? (const char *)h : "");
+        rc = SQLITE_DONE;
+    }
+    sqlite3_reset(c->last);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* hash = SHA-256(tally_canon(prev, seq, tbl, key, row_hash)). */
+static tally_err chain_link(const char *prev, int64_t seq, const char *tbl, int64_t key,
+                            const char *row_hash, char hash[65])
+{
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    tally_err e = canon_text(&b, prev);
+    if (e == TALLY_OK)
+        e = tally_buf_printf(&b, "i%" PRId64 ";", seq);
+    if (e == TALLY_OK)
+        e = canon_text(&b, tbl);
+    if (e == TALLY_OK)
+        e = tally_buf_printf(&b, "i%" PRId64 ";", key);
+    if (e == TALLY_OK)
+        e = canon_text(&b, row_hash);
+    if (e == TALLY_OK)
+        tally_sha256_hex(b.data, b.len, hash);
+    tally_buf_release(&b);
+    return e;
+}
+
+static int chain_insert(struct chain_conn *c, int64_t seq, const char *tbl, int64_t key,
+                        const char *row_hash, const char *hash)
+{
+    int rc = SQLITE_OK;
+    if (!c->ins)
+        rc = sqlite3_prepare_v3(c->db,
+                                "INSERT INTO ledger_chain(seq, tbl, row_key, row_hash, hash) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5)",
+                                -1, SQLITE_PREPARE_PERSISTENT, &c->ins, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    sqlite3_bind_int64(c->ins, 1, seq);
+    sqlite3_bind_text(c->ins, 2, tbl, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(c->ins, 3, key);
+    sqlite3_bind_text(c->ins, 4, row_hash, 64, SQLITE_STATIC);
+    sqlite3_bind_text(c->ins, 5, hash, 64, SQLITE_STATIC);
+    rc = sqlite3_step(c->ins);
+    sqlite3_reset(c->ins);
+    sqlite3_clear_bindings(c->ins);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static void fn_chain_add(sqlite3_context *cx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    struct chain_conn *c = sqlite3_user_data(cx);
+    const unsigned char *tbl = sqlite3_value_text(argv[0]);
+    const void *canon = sqlite3_value_blob(argv[2]);
+    if (!tbl || !canon || sqlite3_value_type(argv[1]) != SQLITE_INTEGER) {
+        sqlite3_result_error(cx, "tally_chain_add: bad arguments", -1);
+        return;
+    }
+    int64_t key = sqlite3_value_int64(argv[1]), seq;
+    char row_hash[65], prev[65], hash[65];
+    tally_sha256_hex(canon, (size_t)sqlite3_value_bytes(argv[2]), row_hash);
+    int rc = chain_last(c, &seq, prev);
+    if (rc == SQLITE_OK &&
+        chain_link(prev, seq + 1, (const char *)tbl, key, row_hash, hash) != TALLY_OK)
+        rc = SQLITE_NOMEM;
+    if (rc == SQLITE_OK)
+        rc = chain_insert(c, seq + 1, (const char *)tbl, key, row_hash, hash);
+    if (rc != SQLITE_OK)
+        sqlite3_result_error_code(cx, rc);
+    else
+        sqlite3_result_null(cx);
+}
+
+tally_err ledger_chain_register(tally_ledger *l)
+{
+    sqlite3 *db = l->db;
+    struct chain_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return TALLY_NOMEM;
+    c->db = db;
+    /* Marked innocuous so the schema's triggers may call it with
+     * trusted_schema off: its one effect is to append to the chain, which a
+     * schema planted by someone who can write the file could do anyway. */
+    int rc = sqlite3_create_function_v2(db, "tally_chain_add", 3, SQLITE_UTF8 | SQLITE_INNOCUOUS, c,
+                                        fn_chain_add, NULL, NULL, chain_conn_free);
+    if (rc != SQLITE_OK)
+        return TALLY_DB; /* SQLite called chain_conn_free */
+    l->chain = c;
+    int flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS;
+    rc = sqlite3_create_function(db, "tally_canon", -1, flags, NULL, fn_canon, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_create_function(db, "tally_sha256", 1, flags, NULL, fn_sha256, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_create_function(db, "tally_qty_sum", 2, flags, NULL, NULL, fn_qty_step,
+                                     fn_qty_final);
+    return rc == SQLITE_OK ? TALLY_OK : TALLY_DB;
+}
+
+void ledger_chain_count(tally_batch *b, const tally_event *ev)
+{
+    /* Validated events are bounded (SPEC section 1): weight * seconds fits. */
+    bool held = ev->meter == TALLY_METER_ACCELERATOR || ev->meter == TALLY_METER_STORAGE;
+    __int128 q = (__int128)ev->weight * (held ? ev->seconds : 1);
+    b->chain_events[ev->meter]++;
+    b->chain_qty[ev->meter] += q;
+}
+
+tally_err ledger_chain_batch(tally_batch *b)
+{
+    int64_t seq = 0;
+    sqlite3_stmt *st = NULL;
+    tally_err e = TALLY_OK;
+    for (int m = 0; e == TALLY_OK && m < TALLY_METER_COUNT; m++) {
+        if (b->chain_events[m] == 0)
+            continue;
+        char q[48];
+        if (!st)
+            e = batch_seq(b, &seq);
+        if (e == TALLY_OK && !st)
+            e = ledger_prepare(b->l,
+                               "INSERT INTO usage_batches(seq, meter, events, qty, created_at) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5)",
+                               &st);
+        if (e == TALLY_OK)
+            e = tally_i128_format(b->chain_qty[m], q, sizeof q);
+        if (e != TALLY_OK)
+            break;
+        sqlite3_bind_int64(st, 1, seq);
+        sqlite3_bind_int(st, 2, m);
+        sqlite3_bind_int64(st, 3, b->chain_events[m]);
+        sqlite3_bind_text(st, 4, q, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 5, b->now_s);
+        e = batch_step(b, st);
+    }
+    sqlite3_finalize(st);
+    memset(b->chain_events, 0, sizeof b->chain_events);
+    memset(b->chain_qty, 0, sizeof b->chain_qty);
+    return e;
+}

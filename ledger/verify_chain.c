@@ -1,0 +1,129 @@
+/* tally verify, the chain's part (schemas/008_chain.sql): every entry links
+ * to the one before; each covered row still hashes to what its latest
+ * entry recorded; no covered row is missing from the chain; and each
+ * signed head the ledger holds (`ledger.head` outbox events) is on the
+ * chain with a valid signature. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ledger_int.h"
+
+/* A covered table: its columns in the order the migration hashes them, how
+ * a row is named, and how a row that is gone is named. */
+typedef struct chain_table {
+    const char *name, *cols, *desc, *gone;
+} chain_table;
+
+static const chain_table tables[] = {
+    {"usage_batches", "seq, meter, events, qty, created_at",
+     "'usage batch ' || t.seq || ' (meter ' || t.meter || ')'", "usage batch row"},
+    {"accounts", "id, currency, timezone, name, created_at", "'account ' || t.id", "account"},
+    {"ratecards", "id, currency, effective_from, body, loaded_at", "'rate card ' || t.id",
+     "rate card"},
+    {"spot_prices", "id, sku, from_s, price_nano, origin, created_at",
+     "'spot price ' || t.id || ' (' || t.sku || ')'", "spot price"},
+    {"commitments", "id, account, sku, cards, from_s, to_s, created_at", "'commitment ' || t.id",
+     "commitment"},
+    {"grants",
+     "id, account, kind, amount_minor, currency, priority, effective_s, expires_s, scope, "
+     "created_at",
+     "'grant ' || t.id", "grant"},
+    {"entries", "id, kind, ref, created_at",
+     "'entry ' || t.id || ' (' || t.kind || ' ' || t.ref || ')'", "entry"},
+    {"postings", "id, entry_id, ledger_acct, currency, debit_minor, credit_minor",
+     "'posting ' || t.id || ' (entry ' || t.entry_id || ', ' || t.ledger_acct || ')'", "posting"},
+    {"invoices",
+     "seq, id, doc_type, year, number, account, period, currency, subtotal_minor, "
+     "credits_minor, amount_due_minor, refers_to, reason, usage_seq, doc, hash, prev_hash, "
+     "signature, finalized_at",
+     "CASE t.doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || t.id",
+     "invoice or credit note with seq"},
+    {"invoice_lines",
+     "invoice_seq, line_no, kind, meter, pricing, migration, sku, dim2, quantity, "
+     "unit_price_nano, amount_minor, original_period, adjusts",
+     "'invoice line ' || t.invoice_seq || '/' || t.line_no", "invoice line with rowid"},
+    {"invoice_credits", "invoice_seq, grant_id, line_no, amount_minor",
+     "'invoice credit ' || t.invoice_seq || '/' || t.grant_id || '/' || t.line_no",
+     "invoice credit with rowid"},
+    {"outbox", "id, event_id, type, subject, payload, created_at", "'outbox event ' || t.event_id",
+     "outbox row"},
+};
+
+/* "t.a, t.b, ..." for "a, b, ...". */
+static tally_err prefixed(tally_buf *b, const char *cols)
+{
+    tally_err e = tally_buf_puts(b, "t.");
+    for (const char *c = cols; e == TALLY_OK && *c; c++)
+        e = *c == ' ' ? tally_buf_puts(b, "t.") : tally_buf_append(b, c, 1);
+    return e;
+}
+
+/* A row whose hash no longer matches its latest chain entry, or is gone. */
+static tally_err changed_sql(const chain_table *t, tally_buf *b)
+{
+    tally_err e = tally_buf_printf(
+        b,
+        "SELECT CASE WHEN t.rowid IS NULL THEN '%s ' || c.row_key || ': deleted (chain entry ' "
+        "|| c.seq || ' recorded it)' ELSE %s || ': changed since chain entry ' || c.seq || "
+        "' recorded it' END FROM ledger_chain c LEFT JOIN %s t ON t.rowid = c.row_key "
+        "WHERE c.tbl = '%s' AND c.seq = (SELECT max(c2.seq) FROM ledger_chain c2 WHERE "
+        "c2.tbl = c.tbl AND c2.row_key = c.row_key) AND (t.rowid IS NULL OR "
+        "tally_sha256(tally_canon('%s', ",
+        t->gone, t->desc, t->name, t->name, t->name);
+    if (e == TALLY_OK)
+        e = prefixed(b, t->cols);
+    if (e == TALLY_OK)
+        e = tally_buf_puts(b, ")) != c.row_hash) ORDER BY c.seq LIMIT 1");
+    return e;
+}
+
+/* A covered row the chain never recorded: written around Tally. */
+static tally_err unchained_sql(const chain_table *t, tally_buf *b)
+{
+    return tally_buf_printf(b,
+                            "SELECT %s || ': not in the ledger chain (written around Tally)' "
+                            "FROM %s t WHERE NOT EXISTS (SELECT 1 FROM ledger_chain c WHERE "
+                            "c.tbl = '%s' AND c.row_key = t.rowid) ORDER BY t.rowid LIMIT 1",
+                            t->desc, t->name, t->name);
+}
+
+static const char links_sql[] =
+    "SELECT CASE WHEN coalesce(pseq, 0) != seq - 1 THEN 'ledger chain entry ' || seq || "
+    "': entries ' || (coalesce(pseq, 0) + 1) || ' to ' || (seq - 1) || ' are missing' ELSE "
+    "'ledger chain entry ' || seq || ' (' || tbl || ' row ' || row_key || '): its hash does "
+    "not follow from the entry before (the chain was rewritten)' END FROM (SELECT seq, tbl, "
+    "row_key, hash, lag(seq) OVER w pseq, tally_sha256(tally_canon(coalesce(lag(hash) OVER w, "
+    "''), seq, tbl, row_key, row_hash)) want FROM ledger_chain WINDOW w AS (ORDER BY seq)) "
+    "WHERE want != hash OR coalesce(pseq, 0) != seq - 1 ORDER BY seq LIMIT 1";
+
+/* Usage against the chained batch totals, per meter. */
+static const char usage_sql[] =
+    "WITH want AS (SELECT meter, tally_qty_sum(qty, 1) q FROM usage_batches GROUP BY meter), "
+    "have AS (SELECT meter, tally_qty_sum(w, s) q FROM (SELECT meter, weight w, end_s - start_s "
+    "s FROM usage_intervals UNION ALL SELECT meter, qty, 1 FROM usage_points) GROUP BY meter) "
+    "SELECT 'usage of meter ' || m.meter || ': the usage tables hold ' || coalesce(h.q, '0') || "
+    "' (base units) but the chained batch totals add up to ' || coalesce(w.q, '0') || ' (usage "
+    "rows were edited, inserted or deleted)' FROM (SELECT meter FROM want UNION SELECT meter "
+    "FROM have) m LEFT JOIN want w ON w.meter = m.meter LEFT JOIN have h ON h.meter = m.meter "
+    "WHERE coalesce(w.q, '0') != coalesce(h.q, '0') ORDER BY m.meter LIMIT 1";
+
+tally_err verify_chain(vctx *v)
+{
+    tally_err err = verify_sql(v, links_sql);
+    tally_buf sql;
+    tally_buf_init(&sql, 0);
+    for (size_t i = 0; err == TALLY_OK && i < sizeof tables / sizeof *tables; i++) {
+        tally_buf_reset(&sql);
+        err = changed_sql(&tables[i], &sql);
+        err = err == TALLY_OK ? verify_sql(v, sql.data) : verify_fail(v, err, "out of memory");
+        tally_buf_reset(&sql);
+        if (err == TALLY_OK)
+            err = unchained_sql(&tables[i], &sql);
+        if (err == TALLY_OK)
+            err = verify_sql(v, sql.data);
+    }
+    tally_buf_release(&sql);
+    if (err == TALLY_OK)
+        err = verify_sql(v, usage_sql);
+    return err == TALLY_OK ? verify_heads(v) : err;
+}

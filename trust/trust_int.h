@@ -1,0 +1,24 @@
+/* Private to trust/: what sign.c and keyring.c share. */
+#ifndef TALLY_TRUST_INT_H
+#define TALLY_TRUST_INT_H
+
+#include <openssl/evp.h>
+
+#include "tally/sign.h"
+
+#define TRUST_KEY_FILE_MAX ((size_t)256 << 10) /* a PEM key is a few hundred bytes */
+
+/* Reads the whole file at path (bounded by out's cap). Errors:
+ * TALLY_NOT_FOUND, TALLY_IO, TALLY_TOO_LARGE. */
+tally_err trust_read_file(const char *path, tally_buf *out);
+/* The key id of an Ed25519 key: the first 16 hex digits of the SHA-256 of
+ * its 32 raw public key bytes. Errors: TALLY_CRYPTO. */
+tally_err trust_key_id(EVP_PKEY *pkey, char id[TALLY_KEY_ID_LEN + 1]);
+/* Appends pkey's public key as SubjectPublicKeyInfo PEM. */
+tally_err trust_public_pem(EVP_PKEY *pkey, tally_buf *out);
+
+/* Checks an Ed25519 signature (hex) of a SHA-256 (hex) with pkey. Errors:
+ * TALLY_TAMPERED (bad or malformed signature), TALLY_CRYPTO. */
+tally_err trust_verify_pkey(EVP_PKEY *pkey, const char hash_hex[65], const char sig_hex[129]);
+
+#endif
