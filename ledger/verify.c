@@ -298,12 +298,18 @@ static const char *const sql_checks_rows[] = {
     "SELECT CASE doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || id || "
     "': entry ' || eid || ' posts ' || r || ' to receivable:' || account || ' and ' || g || "
     "' to its grants, but the signed document says amount due ' || amount_due_minor || "
-    "' and credits ' || credits_minor || ' (minor units)' FROM (SELECT i.*, e.id eid, "
+    "', credits ' || credits_minor || ' and credit issued ' || ci || ' (minor units)' FROM "
+    "(SELECT i.*, e.id eid, "
     "(SELECT coalesce(sum(p.debit_minor - p.credit_minor), 0) FROM postings p WHERE "
     "p.entry_id = e.id AND p.ledger_acct = 'receivable:' || i.account) r, (SELECT "
     "coalesce(sum(p.debit_minor - p.credit_minor), 0) FROM postings p WHERE p.entry_id = e.id "
-    "AND p.ledger_acct LIKE 'grant:%') g FROM invoices i JOIN entries e ON e.ref = i.id AND "
-    "e.kind IN ('invoice', 'void')) WHERE r != amount_due_minor OR g != credits_minor "
+    "AND p.ledger_acct LIKE 'grant:%') g, "
+    /* an issued adjustment credit (SPEC section 4) is posted to its grant; its
+     * amount was checked against the document's credit_issued in 6 */
+    "coalesce((SELECT amount_minor FROM grants WHERE id = json_extract(CAST(i.doc AS TEXT), "
+    "'$.credit_issued.grant_id')), 0) * CASE i.doc_type WHEN 'invoice' THEN 1 ELSE -1 END ci "
+    "FROM invoices i JOIN entries e ON e.ref = i.id AND "
+    "e.kind IN ('invoice', 'void')) WHERE r != amount_due_minor OR g != credits_minor - ci "
     "ORDER BY seq LIMIT 1",
     NULL,
 };
