@@ -1,4 +1,4 @@
-/* tally head: signs the head of the ledger's own chain (schemas/008_chain.sql)
+/* tally head: signs the head of the ledger's own chain (schemas/009_chain.sql)
  * with the signing key and prints it as one line of JSON: sequence, hash,
  * time, key id, signature. Saved to a file, it is checked later by
  * `tally verify --head FILE`, which catches any edit or deletion up to that

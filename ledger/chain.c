@@ -1,4 +1,4 @@
-/* The ledger's own hash chain (schemas/008_chain.sql, SPEC section 5): the
+/* The ledger's own hash chain (schemas/009_chain.sql, SPEC section 5): the
  * SQL functions its triggers use, registered on every connection the ledger
  * opens.
  *

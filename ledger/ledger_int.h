@@ -23,7 +23,7 @@ struct tally_ledger {
      * (ledger_cards() checks a cheap counter). Sorted by effective_from. */
     tally_card *cards;
     const tally_ratecard **card_ptrs;
-    int64_t *card_entered_s; /* when each card was entered (migration 9) */
+    int64_t *card_entered_s; /* when each card was entered (migration 8) */
     size_t n_cards;
     int64_t cards_version;
     sqlite3_stmt *st_cards_version; /* prepared on first use */
@@ -611,7 +611,7 @@ tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account,
 /* ---- The ledger's own chain (chain.c, verify_chain.c) -------------------- */
 
 /* Registers tally_canon(), tally_sha256(), tally_qty_sum() and
- * tally_chain_add(), which the chain's triggers (schemas/008_chain.sql)
+ * tally_chain_add(), which the chain's triggers (schemas/009_chain.sql)
  * call, on l->db. */
 tally_err ledger_chain_register(tally_ledger *l);
 /* Finalizes the chain's cached statements; before closing l->db. */

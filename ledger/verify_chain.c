@@ -1,4 +1,4 @@
-/* tally verify, the chain's part (schemas/008_chain.sql): every entry links
+/* tally verify, the chain's part (schemas/009_chain.sql): every entry links
  * to the one before; each covered row still hashes to what its latest
  * entry recorded; no covered row is missing from the chain; and each
  * signed head the ledger holds (`ledger.head` outbox events) is on the
@@ -18,9 +18,9 @@ static const chain_table tables[] = {
     {"usage_batches", "seq, meter, events, qty, created_at",
      "'usage batch ' || t.seq || ' (meter ' || t.meter || ')'", "usage batch row"},
     {"accounts", "id, currency, timezone, name, created_at", "'account ' || t.id", "account"},
-    {"ratecards", "id, currency, effective_from, body, loaded_at", "'rate card ' || t.id",
-     "rate card"},
-    {"spot_prices", "id, sku, from_s, price_nano, origin, created_at",
+    {"ratecards", "id, currency, effective_from, body, loaded_at, entered_at",
+     "'rate card ' || t.id", "rate card"},
+    {"spot_prices", "id, sku, from_s, price_nano, origin, created_at, entered_at",
      "'spot price ' || t.id || ' (' || t.sku || ')'", "spot price"},
     {"commitments", "id, account, sku, cards, from_s, to_s, created_at", "'commitment ' || t.id",
      "commitment"},

@@ -285,7 +285,7 @@ static void test_tampering_is_caught(void **state)
  * can drop and recreate it around an edit, as an attacker would. */
 static void trigger_text(const char *name, tally_buf *out)
 {
-    static const char *const files[] = {"001_init.sql", "003_outbox.sql", "008_chain.sql"};
+    static const char *const files[] = {"001_init.sql", "003_outbox.sql", "009_chain.sql"};
     char want[128];
     snprintf(want, sizeof want, "CREATE TRIGGER %s ", name);
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
@@ -414,6 +414,10 @@ static void test_chain_catches_hidden_edits_2(void **state)
     tamper("o_spot_price_edited", "spot_prices_no_update",
            "UPDATE spot_prices SET price_nano = price_nano / 2 WHERE id = 1;", "",
            "FAILED: spot price 1 (");
+    /* back-dating when a price was entered would let it re-price a
+     * finalized month (SPEC section 2) */
+    tamper("o2_spot_entered_at_edited", "spot_prices_no_update",
+           "UPDATE spot_prices SET entered_at = 0 WHERE id = 1;", "", "FAILED: spot price 1 (");
     tamper("p_refers_to_set", "invoices_no_update",
            "UPDATE invoices SET refers_to = 'INV-2026-000001' WHERE id = 'INV-2026-000002';", "",
            "FAILED: invoice INV-2026-000002: changed since chain entry ");

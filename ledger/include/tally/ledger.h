@@ -283,7 +283,7 @@ TALLY_MUST_CHECK tally_err tally_ledger_verify(tally_ledger *l, const char *key_
 
 /* ---- Signed heads of the ledger's own chain (SPEC section 5) ------------ */
 
-/* The head of the ledger chain (schemas/008_chain.sql), signed: the last
+/* The head of the ledger chain (schemas/009_chain.sql), signed: the last
  * entry's seq and hash, when it was signed, and the key that signed it.
  * The signature is Ed25519 over the SHA-256 of
  * "tally ledger head\n<seq>\n<hash>\n<time, RFC 3339>\n". */

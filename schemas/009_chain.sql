@@ -1,4 +1,4 @@
--- Tally ledger, migration 8: the ledger's own hash chain (SPEC section 5).
+-- Tally ledger, migration 9: the ledger's own hash chain (SPEC section 5).
 --
 -- Every row that can move money is recorded in ledger_chain in the same
 -- transaction that writes it, by the triggers below: the row's canonical
@@ -22,7 +22,7 @@
 -- usage_points hold. A ledger directory's shards are ledger files of their
 -- own and chain their own batches.
 CREATE TABLE usage_batches (
-  seq        INTEGER NOT NULL,     -- meta.usage_seq of the commit (0: usage before migration 8)
+  seq        INTEGER NOT NULL,     -- meta.usage_seq of the commit (0: usage before migration 9)
   meter      INTEGER NOT NULL,
   events     INTEGER NOT NULL,
   qty        TEXT NOT NULL,        -- decimal; may pass 64 bits
@@ -72,11 +72,13 @@ CREATE TRIGGER chain_accounts_update AFTER UPDATE ON accounts BEGIN
 END;
 CREATE TRIGGER chain_ratecards AFTER INSERT ON ratecards BEGIN
   SELECT tally_chain_add('ratecards', NEW.rowid,
-    tally_canon('ratecards', NEW.id, NEW.currency, NEW.effective_from, NEW.body, NEW.loaded_at));
+    tally_canon('ratecards', NEW.id, NEW.currency, NEW.effective_from, NEW.body, NEW.loaded_at,
+      NEW.entered_at));
 END;
 CREATE TRIGGER chain_spot_prices AFTER INSERT ON spot_prices BEGIN
   SELECT tally_chain_add('spot_prices', NEW.rowid,
-    tally_canon('spot_prices', NEW.id, NEW.sku, NEW.from_s, NEW.price_nano, NEW.origin, NEW.created_at));
+    tally_canon('spot_prices', NEW.id, NEW.sku, NEW.from_s, NEW.price_nano, NEW.origin, NEW.created_at,
+      NEW.entered_at));
 END;
 CREATE TRIGGER chain_commitments AFTER INSERT ON commitments BEGIN
   SELECT tally_chain_add('commitments', NEW.rowid,
@@ -118,9 +120,11 @@ INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'usage_batches', row
 INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'accounts', rowid,
   tally_sha256(tally_canon('accounts', id, currency, timezone, name, created_at)) FROM accounts ORDER BY rowid;
 INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'ratecards', rowid,
-  tally_sha256(tally_canon('ratecards', id, currency, effective_from, body, loaded_at)) FROM ratecards ORDER BY rowid;
+  tally_sha256(tally_canon('ratecards', id, currency, effective_from, body, loaded_at, entered_at))
+  FROM ratecards ORDER BY rowid;
 INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'spot_prices', rowid,
-  tally_sha256(tally_canon('spot_prices', id, sku, from_s, price_nano, origin, created_at)) FROM spot_prices ORDER BY rowid;
+  tally_sha256(tally_canon('spot_prices', id, sku, from_s, price_nano, origin, created_at,
+  entered_at)) FROM spot_prices ORDER BY rowid;
 INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'commitments', rowid,
   tally_sha256(tally_canon('commitments', id, account, sku, cards, from_s, to_s, created_at)) FROM commitments ORDER BY rowid;
 INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'grants', rowid,

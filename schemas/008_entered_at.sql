@@ -1,4 +1,4 @@
--- Tally ledger, migration 9: prices are bitemporal (SPEC section 2).
+-- Tally ledger, migration 8: prices are bitemporal (SPEC section 2).
 --
 -- Every rate card and spot point records when it was entered, besides when
 -- it takes effect (effective_from, from_s). Late usage for a finalized period
