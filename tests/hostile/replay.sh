@@ -201,4 +201,57 @@ done
 t verify >/dev/null || fail "12. verify fails after the refusals"
 ok "12. a key for a missing account, a 2-year report by day, voiding a void invoice or a credit note: refused, verify passes"
 
+# ---- 6. tampering with the ledger file, as an outsider with the sqlite3 tool ---
+# tamper NAME "TRIGGER ..." SQL: on a copy of the ledger, drops the triggers in
+# the way, makes the edit, recreates them with their exact text, and checks
+# that tally verify fails on the copy.
+tamper() {
+  local name=$1 triggers=$2 sql=$3 copy="$work/tamper-$1.db" texts=
+  rm -f "$copy"
+  sqlite3 "$db" ".backup '$copy'"
+  for trg in $triggers; do
+    texts+="$(sqlite3 "$copy" "SELECT sql FROM sqlite_master WHERE name = '$trg'");"$'\n'
+    sqlite3 "$copy" "DROP TRIGGER $trg"
+  done
+  sqlite3 "$copy" "$sql" || fail "6. $name: the edit itself failed"
+  [ -z "$texts" ] || sqlite3 "$copy" "$texts"
+  set +e
+  out=$("$tally" --db "$copy" --key "$key" verify 2>&1)
+  rc=$?
+  set -e
+  [ "$rc" != 0 ] || fail "6. $name passed tally verify: $out"
+  echo "       $name: $(grep -m1 FAILED <<<"$out" | cut -c1-110)"
+}
+inv1=$(count "SELECT id FROM invoices WHERE doc_type = 'invoice' ORDER BY seq LIMIT 1")
+t credit grant acme-ai 5.00 --kind goodwill >/dev/null 2>&1
+t spot set rtx4090 0.90 --from 2026-03-20T00:00:00Z >/dev/null 2>&1
+tamper balanced-postings "postings_no_update" \
+  "UPDATE postings SET debit_minor = debit_minor - 1 WHERE debit_minor >= 1 AND ledger_acct LIKE 'receivable:%' AND entry_id = (SELECT min(entry_id) FROM postings); UPDATE postings SET credit_minor = credit_minor - 1 WHERE credit_minor >= 1 AND ledger_acct LIKE 'revenue%' AND entry_id = (SELECT min(entry_id) FROM postings)"
+tamper last-invoice-deleted "invoices_no_delete invoice_lines_no_delete invoice_credits_no_delete entries_no_delete postings_no_delete outbox_no_delete" \
+  "DELETE FROM invoice_lines WHERE invoice_seq = (SELECT max(seq) FROM invoices); DELETE FROM invoice_credits WHERE invoice_seq = (SELECT max(seq) FROM invoices); DELETE FROM postings WHERE entry_id IN (SELECT id FROM entries WHERE ref = (SELECT id FROM invoices ORDER BY seq DESC LIMIT 1)); DELETE FROM entries WHERE ref = (SELECT id FROM invoices ORDER BY seq DESC LIMIT 1); DELETE FROM outbox WHERE subject = 'acme-ai' AND id = (SELECT max(id) FROM outbox); DELETE FROM invoices WHERE seq = (SELECT max(seq) FROM invoices)"
+tamper grant-multiplied "grants_no_update" "UPDATE grants SET amount_minor = amount_minor * 10"
+tamper spot-price-edited "spot_prices_no_update" "UPDATE spot_prices SET price_nano = price_nano / 2"
+tamper outbox-deleted "outbox_no_delete" "DELETE FROM outbox WHERE id = (SELECT min(id) FROM outbox)"
+tamper refers-to-set "invoices_no_update" "UPDATE invoices SET refers_to = 'CN-2026-000001' WHERE id = '$inv1'"
+# a rollback to an older copy of the file, caught by a saved signed head
+sqlite3 "$db" ".backup '$work/older.db'"
+t credit grant acme-ai 1.00 --kind goodwill >/dev/null 2>&1
+t head >"$work/head.json"
+set +e
+out=$("$tally" --db "$work/older.db" --key "$key" verify --head "$work/head.json" 2>&1)
+rc=$?
+set -e
+[ "$rc" != 0 ] || fail "6. an older copy of the ledger passed verify --head: $out"
+t verify --head "$work/head.json" >/dev/null || fail "6. the ledger itself fails verify --head"
+echo "       rollback to an older copy: $(head -1 <<<"$out" | cut -c1-110)"
+ok "6. hidden edits of postings, invoices, grants, prices, outbox rows and a rollback: each named by tally verify"
+
+# ---- 7. rotating the signing key ----------------------------------------------
+t keygen --force >/dev/null 2>&1
+t verify >/dev/null || fail "7. verify fails on old documents after keygen --force"
+[ "$(t pubkey --all | grep -c 'BEGIN PUBLIC KEY')" -ge 2 ] || fail "7. pubkey --all does not list the old key"
+ok "7. keygen --force: old documents still verify; pubkey --all lists both keys"
+
+# ---- 13-17. the Kafka path: tests/e2e (test_meter_gaps and friends) -----------
+
 ok "replayed every attempt in $work"
