@@ -51,6 +51,10 @@ bool cli_wants_help(const cli_ctx *ctx, int argc, char **argv);
 /* Opens the ledger at ctx->db_path, reporting failure as a one-line error. */
 int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out);
 
+/* The same for a ledger that must exist already (opening creates a missing
+ * one, and an empty new ledger would verify or sign a head of nothing). */
+int cli_open_existing_ledger(const cli_ctx *ctx, tally_ledger **out);
+
 /* Parses RFC 3339 time, a decimal amount for a currency, or an integer in
  * [min, max], reporting a one-line error naming what (returns CLI_USAGE). */
 int cli_parse_time(const cli_ctx *ctx, const char *what, const char *s, int64_t *out);

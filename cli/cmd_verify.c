@@ -40,11 +40,8 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
         cli_usage(ctx, true);
         return cli_error(ctx, CLI_USAGE, "unexpected argument '%s'", argv[1]);
     }
-    /* Opening creates a missing ledger; an empty new one would "verify". */
-    if (access(ctx->db_path, F_OK) != 0)
-        return cli_error(ctx, CLI_FAIL, "no ledger at %s: %s", ctx->db_path, strerror(errno));
     tally_ledger *l = NULL;
-    int rc = cli_open_ledger(ctx, &l);
+    int rc = cli_open_existing_ledger(ctx, &l);
     if (rc)
         return rc;
     char why[512] = "";

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "tally/buf.h"
@@ -69,6 +70,13 @@ int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out)
         return cli_error_for(ctx, e, "cannot open ledger %s: %s", ctx->db_path,
                              why[0] ? why : tally_err_str(e));
     return CLI_OK;
+}
+
+int cli_open_existing_ledger(const cli_ctx *ctx, tally_ledger **out)
+{
+    if (access(ctx->db_path, F_OK) != 0)
+        return cli_error(ctx, CLI_FAIL, "no ledger at %s: %s", ctx->db_path, strerror(errno));
+    return cli_open_ledger(ctx, out);
 }
 
 int cli_parse_time(const cli_ctx *ctx, const char *what, const char *s, int64_t *out)
