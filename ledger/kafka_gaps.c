@@ -119,12 +119,23 @@ tally_err tally_ledger_dlq_unsent_each(tally_ledger *l, const char *origin_prefi
     tally_err e = ledger_prepare(
         l,
         "SELECT origin, reason, raw, raw_size, raw_sha256 FROM quarantine q "
-        "WHERE substr(origin, 1, length(?1)) = ?1 "
+        "WHERE origin >= ?1 AND origin < ?2 "
         "AND NOT EXISTS (SELECT 1 FROM dlq_sent s WHERE s.origin = q.origin) ORDER BY id",
         &st);
     if (e)
         return e;
+    /* The rows whose origin starts with the prefix, found through the
+     * origin index: [prefix, prefix with its last byte raised). */
+    char upper[512];
+    size_t n = strlen(origin_prefix);
+    if (n == 0 || n >= sizeof upper || (unsigned char)origin_prefix[n - 1] == 0x7f) {
+        sqlite3_finalize(st);
+        return TALLY_INVAL;
+    }
+    memcpy(upper, origin_prefix, n);
+    upper[n - 1] = (char)(origin_prefix[n - 1] + 1);
     sqlite3_bind_text(st, 1, origin_prefix, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, upper, (int)n, SQLITE_STATIC);
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         const unsigned char *origin = sqlite3_column_text(st, 0);
@@ -167,6 +178,28 @@ tally_err tally_ledger_offset_mark(tally_ledger *l, const char *topic, int32_t p
         *next = sqlite3_column_int64(st, 0);
         *has_mark = sqlite3_column_type(st, 1) != SQLITE_NULL;
         *mark = sqlite3_column_int64(st, 1);
+        rc = SQLITE_DONE;
+    }
+    e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
+    sqlite3_finalize(st);
+    return e;
+}
+
+tally_err tally_ledger_gap_epoch(tally_ledger *l, const char *topic, int32_t partition, int64_t *n)
+{
+    sqlite3_stmt *st;
+    *n = 0;
+    tally_err e = ledger_prepare(l,
+                                 "SELECT count(*) FROM offset_gaps WHERE topic = ?1 AND "
+                                 "partition = ?2 AND kind = 'restarted'",
+                                 &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, partition);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *n = sqlite3_column_int64(st, 0);
         rc = SQLITE_DONE;
     }
     e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);

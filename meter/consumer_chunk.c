@@ -102,6 +102,11 @@ void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, c
     p = put_u64(p, (uint64_t)(partition < 0 ? 0 : partition));
     *p++ = '@';
     p = put_u64(p, (uint64_t)(offset < 0 ? 0 : offset));
+    const part *pt = partition >= 0 && partition < c->n_parts ? &c->parts[partition] : NULL;
+    if (pt && pt->epoch > 0) {
+        memcpy(p, "+r", 2);
+        p = put_u64(p + 2, (uint64_t)pt->epoch);
+    }
     *p = '\0';
 }
 

@@ -108,6 +108,9 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
             continue;
         }
         part *p = &c->parts[tp->partition];
+        if ((e = tally_ledger_gap_epoch(shard_ledger_of(c, tp->partition), c->topic, tp->partition,
+                                        &p->epoch)))
+            break;
         p->assigned = true;
         p->kafka_hold = false;
         p->next = p->chain = next;

@@ -213,7 +213,7 @@ static inline int json_scan_member(json_scan *s, bool *first, json_val *key)
 #define CHUNK_DUE_BYTES ((size_t)16 << 20) /* payload bytes that make a chunk due */
 #define CHUNK_MAX_BYTES ((size_t)64 << 20) /* payload bytes one chunk may hold */
 #define CHUNK_GROWTH    4   /* a chunk holds up to this many batches' worth while it waits */
-#define ORIGIN_MAX      320 /* "kafka:" topic(<=249) "/" p "@" offset */
+#define ORIGIN_MAX      320 /* "kafka:" topic(<=249) "/" p "@" offset ["+r" epoch] */
 
 /* One consumed message, decoded. Its key and value are copied into the
  * chunk's arena, so the Kafka message (which pins its whole fetch response)
@@ -261,6 +261,7 @@ typedef struct part {
     size_t last_item;  /* its last item in that chunk */
     int64_t verify_at; /* offset re-read to check the log is the ledger's; -1: none */
     int64_t mark;      /* the ledger's mark of the message at verify_at */
+    int64_t epoch;     /* restarts of its log the ledger accepted (origins' "+r<n>") */
 } part;
 
 struct tally_consumer {
@@ -333,7 +334,8 @@ void pipeline_drop_fill(tally_consumer *c);
 /* Collects a finished chunk if there is one (blocking with wait). */
 void pipeline_collect(tally_consumer *c, bool wait);
 
-/* Writes "kafka:<topic>/<partition>@<offset>" into out (ORIGIN_MAX bytes). */
+/* Writes "kafka:<topic>/<partition>@<offset>" into out (ORIGIN_MAX bytes),
+ * followed by "+r<epoch>" once the partition's log restarted (part.epoch). */
 void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, char *out);
 
 /* consumer_dlq.c */

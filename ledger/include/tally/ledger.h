@@ -220,8 +220,9 @@ TALLY_MUST_CHECK tally_err tally_ledger_quarantine_each(tally_ledger *l, const c
                                                         tally_quarantine_fn fn, void *ctx);
 
 /* Like tally_ledger_quarantine_each, for the rows whose dead-letter copy
- * has not been recorded as delivered (tally_ledger_dlq_mark_sent).
- * Errors: TALLY_DB. */
+ * has not been recorded as delivered (tally_ledger_dlq_mark_sent); reads
+ * through the origin index. Errors: TALLY_INVAL (an empty prefix or one
+ * over 511 bytes), TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_ledger_dlq_unsent_each(tally_ledger *l, const char *origin_prefix,
                                                         tally_quarantine_fn fn, void *ctx);
 
@@ -255,6 +256,14 @@ TALLY_MUST_CHECK tally_err tally_ledger_gap_accept(tally_ledger *l, const tally_
 TALLY_MUST_CHECK tally_err tally_ledger_offset_mark(tally_ledger *l, const char *topic,
                                                     int32_t partition, int64_t *next, int64_t *mark,
                                                     bool *has_mark);
+
+/* How many times the partition's log restarted below the stored offset and
+ * an operator accepted it (offset_gaps rows of kind "restarted"). The meter
+ * adds it to the origins of the new log's messages ("...@<offset>+r<n>"),
+ * so a new message at an offset an old one had is not taken for it.
+ * Errors: TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_gap_epoch(tally_ledger *l, const char *topic,
+                                                  int32_t partition, int64_t *n);
 
 /* One read snapshot over several calls (BEGIN DEFERRED ... COMMIT), which
  * also takes the file locks once. Errors: TALLY_DB, TALLY_BUSY. */
