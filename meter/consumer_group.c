@@ -75,8 +75,63 @@ static rd_kafka_topic_partition_list_t *without_stopped(const rd_kafka_topic_par
     return out;
 }
 
-/* Sets each listed partition's start to its stored next offset (the
- * beginning if none) and assigns them. Nothing may be in flight. */
+/* Sets one listed partition's start from the ledger: its stored offset (the
+ * beginning if none), checked against the broker's watermarks, or the
+ * message before it to verify the log. *stopped: the partition has a gap
+ * and is left out (tp->offset is RD_KAFKA_OFFSET_INVALID). */
+static tally_err start_partition(tally_consumer *c, rd_kafka_topic_partition_t *tp, bool *stopped)
+{
+    int64_t next = -1, mark = 0, lo = -1, ignored;
+    bool has_mark = false;
+    *stopped = false;
+    tally_err e = grow_parts(c, tp->partition);
+    if (!e)
+        e = c->o.shards ? shard_take(c, tp->partition, &next)
+                        : tally_ledger_offset_get(c->l, c->topic, tp->partition, &next);
+    tally_ledger *l = e ? NULL : shard_ledger_of(c, tp->partition);
+    if (!e && next >= 0)
+        e = tally_ledger_offset_mark(l, c->topic, tp->partition, &ignored, &mark, &has_mark);
+    if (e)
+        return e;
+    if (gap_check(c, tp->partition, &next, &lo) != 0) {
+        tp->offset = RD_KAFKA_OFFSET_INVALID;
+        *stopped = true;
+        return TALLY_OK;
+    }
+    part *p = &c->parts[tp->partition];
+    if ((e = tally_ledger_gap_epoch(l, c->topic, tp->partition, &p->epoch)))
+        return e;
+    p->assigned = true;
+    p->kafka_hold = false;
+    p->next = p->chain = next;
+    tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
+    /* The message the ledger ends at is read again, to check that this log
+     * is the one the ledger read (consumer_gap.c). */
+    p->verify_at = has_mark && next > 0 && next - 1 >= lo ? next - 1 : -1;
+    p->mark = mark;
+    if (p->verify_at >= 0)
+        tp->offset = p->verify_at;
+    return TALLY_OK;
+}
+
+/* After a partition stopped at a gap: assigns the others (their open
+ * batches are committed on the way out) and stops the meter, exit 1. */
+static void assign_but_stopped(tally_consumer *c, const rd_kafka_topic_partition_list_t *list)
+{
+    rd_kafka_topic_partition_list_t *rest = without_stopped(list);
+    if (rest && c->dlq)
+        replay_dlq(c, rest);
+    if (!rest || rd_kafka_assign(c->rk, rest) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        unassign_all(c);
+    else
+        c->st.partitions = rest->cnt;
+    if (rest)
+        rd_kafka_topic_partition_list_destroy(rest);
+    c->fatal = TALLY_KAFKA;
+}
+
+/* Sets each listed partition's start from the ledger and assigns them.
+ * Nothing may be in flight. */
 static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_t *list)
 {
     tally_err e = TALLY_OK;
@@ -87,40 +142,11 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
     if (c->o.shards)
         shard_retain(c, list);
     for (int i = 0; i < list->cnt && !e; i++) {
-        rd_kafka_topic_partition_t *tp = &list->elems[i];
-        int64_t next = -1;
-        if (strcmp(tp->topic, c->topic) != 0)
+        bool stop = false;
+        if (strcmp(list->elems[i].topic, c->topic) != 0)
             continue;
-        e = grow_parts(c, tp->partition);
-        if (!e)
-            e = c->o.shards ? shard_take(c, tp->partition, &next)
-                            : tally_ledger_offset_get(c->l, c->topic, tp->partition, &next);
-        if (e)
-            break;
-        int64_t mark = 0, lo = -1, ignored;
-        bool has_mark = false;
-        if (next >= 0 && (e = tally_ledger_offset_mark(shard_ledger_of(c, tp->partition), c->topic,
-                                                       tp->partition, &ignored, &mark, &has_mark)))
-            break;
-        if (gap_check(c, tp->partition, &next, &lo) != 0) {
-            tp->offset = RD_KAFKA_OFFSET_INVALID;
-            stopped++;
-            continue;
-        }
-        part *p = &c->parts[tp->partition];
-        if ((e = tally_ledger_gap_epoch(shard_ledger_of(c, tp->partition), c->topic, tp->partition,
-                                        &p->epoch)))
-            break;
-        p->assigned = true;
-        p->kafka_hold = false;
-        p->next = p->chain = next;
-        tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
-        /* The message the ledger ends at is read again, to check that this
-         * log is the one the ledger read (consumer_gap.c). */
-        p->verify_at = has_mark && next > 0 && next - 1 >= lo ? next - 1 : -1;
-        p->mark = mark;
-        if (p->verify_at >= 0)
-            tp->offset = p->verify_at;
+        e = start_partition(c, &list->elems[i], &stop);
+        stopped += stop;
     }
     if (e) {
         tally_log(TALLY_LOG_ERR, "meter", "cannot read stored offsets: %s (%s)", tally_err_str(e),
@@ -130,22 +156,13 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
         (void)rd_kafka_assign(c->rk, NULL);
         return;
     }
-    if (stopped)
-        list = without_stopped(list);
-    if (c->dlq)
-        replay_dlq(c, list);
-    rd_kafka_resp_err_t err = list ? rd_kafka_assign(c->rk, list) : RD_KAFKA_RESP_ERR__FAIL;
     if (stopped) {
-        c->st.partitions = list ? list->cnt : 0;
-        if (list)
-            rd_kafka_topic_partition_list_destroy(list);
-        /* A partition that cannot go on stops the meter (exit non-zero),
-         * once the others' open batches are committed. */
-        c->fatal = TALLY_KAFKA;
-        if (err)
-            unassign_all(c);
+        assign_but_stopped(c, list);
         return;
     }
+    if (c->dlq)
+        replay_dlq(c, list);
+    rd_kafka_resp_err_t err = rd_kafka_assign(c->rk, list);
     if (err) {
         tally_log(TALLY_LOG_ERR, "meter", "assign failed: %s", rd_kafka_err2str(err));
         c->fatal = TALLY_KAFKA;
