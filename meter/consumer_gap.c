@@ -16,7 +16,7 @@
 #include "tally/event.h"
 #include "tally/log.h"
 
-#define WATERMARK_MS 10000
+#define WATERMARK_MS 5000 /* one watermark query, at assignment or after a reset */
 
 /* Whether the operator accepted gaps on this partition: --accept-gaps, or
  * "TOPIC/PARTITION" in the comma-separated --accept-gap list. */
@@ -101,7 +101,7 @@ static bool watermarks(tally_consumer *c, int32_t partition, int64_t *lo, int64_
     rd_kafka_resp_err_t err =
         rd_kafka_query_watermark_offsets(c->rk, c->topic, partition, lo, hi, WATERMARK_MS);
     if (err)
-        tally_log(TALLY_LOG_ERR, "meter", "%s/%d: cannot read the watermarks: %s", c->topic,
+        tally_log(TALLY_LOG_WARNING, "meter", "%s/%d: cannot read the watermarks: %s", c->topic,
                   (int)partition, rd_kafka_err2str(err));
     return err == RD_KAFKA_RESP_ERR_NO_ERROR;
 }
@@ -112,8 +112,12 @@ int gap_check(tally_consumer *c, int32_t partition, int64_t *next, int64_t *log_
     *log_start = -1;
     if (*next < 0)
         return 0; /* nothing stored: the partition starts at its beginning */
+    /* Unknown watermarks (a broker fault) are no gap: the partition starts
+     * at its stored offset, and if the broker no longer has it, librdkafka
+     * reports an offset reset (auto.offset.reset=error) and it is checked
+     * again then. */
     if (!watermarks(c, partition, &lo, &hi))
-        return -1;
+        return 0;
     *log_start = lo;
     tally_offset_gap g = {.topic = c->topic,
                           .partition = partition,

@@ -375,8 +375,8 @@ bool gap_verify(tally_consumer *c, part *p, const rd_kafka_message_t *m);
 /* Checks a partition's stored next offset (*next, -1: none) against the
  * broker's watermarks. Returns 0 to go on from *next (moved to the log start
  * after an accepted gap, which is recorded in the ledger), -1 to stop the
- * partition (the gap is logged and counted in c->st). Nothing may be in
- * flight. */
+ * partition (the gap is logged and counted in c->st). Watermarks that
+ * cannot be read are no gap (0; *log_start -1). Nothing may be in flight. */
 int gap_check(tally_consumer *c, int32_t partition, int64_t *next, int64_t *log_start);
 /* After librdkafka reported an offset reset (auto.offset.reset=error):
  * commits what is decoded and re-checks every assigned partition. */
