@@ -103,6 +103,40 @@ static void test_retention_gap_stops(void **state)
     e2e_broker_stop(&b);
 }
 
+/* 14: retention overtakes a running meter (stopped with SIGSTOP while 7 MB
+ * arrive): it must not jump on when it resumes. */
+static void test_retention_while_running(void **state)
+{
+    (void)state;
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
+    env e;
+    env_init(&e, "hostile-running");
+    e2e_broker b;
+    e2e_broker_start(&b, 1, e.blog);
+    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    const char *args[] = {"--until-idle", "20", "--batch-ms", "20", NULL};
+    pid_t m = e2e_meter(e.db, &b, "hostile", e.log, args);
+    write_events(e.kv, 0, 100, "w");
+    e2e_produce(&b, "usage", e.kv);
+    int64_t until = e2e_ms() + 30000;
+    while (e2e_count(e.db, "SELECT coalesce(sum(next_offset), 0) FROM offsets") < 100) {
+        if (e2e_ms() > until)
+            fail_msg("the meter is stuck (see %s)", e.log);
+        e2e_sleep_ms(50);
+    }
+    kill(m, SIGSTOP);
+    write_padding(e.kv, 7000, 1024);
+    e2e_produce(&b, "usage", e.kv);
+    kill(m, SIGCONT);
+    int rc = e2e_wait(m, 60000);
+    if (rc == -1)
+        e2e_stop(m, SIGKILL, 5000);
+    assert_int_equal(rc, 1);
+    assert_true(log_has(&e, "usage/0: offset gap: the ledger.s next offset is 100"));
+    assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 100);
+    e2e_broker_stop(&b);
+}
+
 /* 14: one 10 MB message pushes everything after the ledger's offset out
  * of the broker's 5 MB; --until-idle must not wait forever on that lag. */
 static void test_huge_message_gap_exits(void **state)
@@ -349,6 +383,7 @@ int main(void)
         cmocka_unit_test_teardown(test_restarted_longer_log_stops, e2e_teardown),
         cmocka_unit_test_teardown(test_retention_gap_stops, e2e_teardown),
         cmocka_unit_test_teardown(test_huge_message_gap_exits, e2e_teardown),
+        cmocka_unit_test_teardown(test_retention_while_running, e2e_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
