@@ -221,6 +221,7 @@ void tally_consumer_destroy(tally_consumer *c)
         pthread_cond_destroy(&c->cv);
     }
     free(c->parts);
+    free(c->dlq_ok);
     free(c);
 }
 

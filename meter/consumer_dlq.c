@@ -39,7 +39,7 @@ typedef struct dlq_copy {
     size_t size;     /* the original's size */
     const char *sha256;
     const char *reason, *origin;
-    bool *delivered; /* set by the delivery report */
+    void *slot; /* the delivery report's opaque (sent_slot) */
 } dlq_copy;
 
 static rd_kafka_resp_err_t produce_once(tally_consumer *c, const dlq_copy *d)
@@ -51,7 +51,7 @@ static rd_kafka_resp_err_t produce_once(tally_consumer *c, const dlq_copy *d)
     return rd_kafka_producev(
         c->dlq, RD_KAFKA_V_TOPIC(c->dlq_topic), RD_KAFKA_V_KEY(d->key, d->key_len),
         RD_KAFKA_V_VALUE((void *)d->raw, d->raw ? len : 0),
-        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(d->delivered),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(d->slot),
         RD_KAFKA_V_HEADER("tally-reason", d->reason, -1),
         RD_KAFKA_V_HEADER("tally-origin", d->origin, -1), RD_KAFKA_V_HEADER("tally-size", size, -1),
         RD_KAFKA_V_HEADER("tally-sha256", d->sha256, -1),
@@ -75,10 +75,16 @@ static bool produce(tally_consumer *c, const dlq_copy *d)
     return false;
 }
 
+/* Waits for every copy's delivery report. Copies still unconfirmed after
+ * DLQ_FLUSH_MS are purged (reported as failed), so they stay unrecorded
+ * and are sent again on the next assignment. */
 static bool flush(tally_consumer *c)
 {
     if (rd_kafka_flush(c->dlq, DLQ_FLUSH_MS) == RD_KAFKA_RESP_ERR_NO_ERROR && c->dlq_failures == 0)
         return true;
+    (void)rd_kafka_purge(c->dlq, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    for (int i = 0; i < DLQ_RETRIES && rd_kafka_outq_len(c->dlq) > 0; i++)
+        rd_kafka_poll(c->dlq, 100);
     tally_log(TALLY_LOG_WARNING, "meter",
               "dead-letter copies not confirmed; they will be sent on the next assignment");
     c->dlq_failures = 0;
@@ -90,10 +96,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 {
     tally_consumer *c = opaque;
     (void)rk;
+    uint64_t slot = (uint64_t)(uintptr_t)m->_private;
     if (m->err)
         c->dlq_failures++;
-    else if (m->_private)
-        *(bool *)m->_private = true;
+    else if ((uint32_t)(slot >> 32) == c->dlq_round && (slot & 0xffffffffu) < c->dlq_ok_cap)
+        c->dlq_ok[slot & 0xffffffffu] = true; /* a report of an earlier round is ignored */
 }
 
 void dlq_configure(rd_kafka_conf_t *conf, tally_consumer *c)
@@ -104,27 +111,46 @@ void dlq_configure(rd_kafka_conf_t *conf, tally_consumer *c)
 
 /* ---- Recording deliveries --------------------------------------------------- */
 
-/* Origins of copies in flight for one ledger, recorded once delivered. */
+/* Origins of copies in flight, recorded once delivered. Which were
+ * delivered is kept by the consumer (c->dlq_ok, one round of copies at a
+ * time), so a late delivery report never writes into freed memory. */
 typedef struct sent_log {
     char (*origins)[ORIGIN_MAX];
-    bool *delivered;
+    bool *delivered; /* c->dlq_ok, borrowed */
     int32_t *partition;
     size_t n, cap;
 } sent_log;
 
-static bool sent_reserve(sent_log *s, size_t n)
+static bool sent_reserve(tally_consumer *c, sent_log *s, size_t n)
 {
+    if (n > 0xffffffffu)
+        return false;
+    if (n > c->dlq_ok_cap) {
+        bool *ok = realloc(c->dlq_ok, n * sizeof *ok);
+        if (!ok)
+            return false;
+        c->dlq_ok = ok;
+        c->dlq_ok_cap = n;
+    }
+    if (c->dlq_ok)
+        memset(c->dlq_ok, 0, c->dlq_ok_cap * sizeof *c->dlq_ok);
+    c->dlq_round++;
     s->origins = calloc(n ? n : 1, sizeof *s->origins);
-    s->delivered = calloc(n ? n : 1, sizeof *s->delivered);
     s->partition = calloc(n ? n : 1, sizeof *s->partition);
+    s->delivered = c->dlq_ok;
     s->cap = n;
-    return s->origins && s->delivered && s->partition;
+    return s->origins && s->partition;
+}
+
+/* The opaque of the copy at index i of the current round. */
+static void *sent_slot(const tally_consumer *c, size_t i)
+{
+    return (void *)(uintptr_t)(((uint64_t)c->dlq_round << 32) | (uint64_t)i);
 }
 
 static void sent_free(sent_log *s)
 {
     free(s->origins);
-    free(s->delivered);
     free(s->partition);
     memset(s, 0, sizeof *s);
 }
@@ -201,7 +227,7 @@ void dlq_chunk(tally_consumer *c, chunk *k)
     for (size_t i = 0; i < k->n; i++)
         n += quarantined(k->results[i]);
     sent_log s = {0};
-    if (n == 0 || !sent_reserve(&s, n)) {
+    if (n == 0 || !sent_reserve(c, &s, n)) {
         sent_free(&s);
         k->dlq_failed = n > 0;
         return;
@@ -223,7 +249,7 @@ void dlq_chunk(tally_consumer *c, chunk *k)
                       .sha256 = sha,
                       .reason = reason,
                       .origin = origin,
-                      .delivered = &s.delivered[s.n]};
+                      .slot = sent_slot(c, s.n)};
         s.partition[s.n++] = it->partition;
         if (produce(c, &d))
             k->dlq++;
@@ -267,7 +293,7 @@ static tally_err replay_row(void *ctx, const tally_quarantine_row *q)
                   .sha256 = q->raw_sha256,
                   .reason = q->reason,
                   .origin = origin,
-                  .delivered = &r->s.delivered[r->s.n]};
+                  .slot = sent_slot(r->c, r->s.n)};
     r->s.n++;
     if (produce(r->c, &d))
         r->sent++;
@@ -284,7 +310,7 @@ bool dlq_replay(tally_consumer *c, int32_t partition)
     tally_ledger *l = shard_ledger_of(c, partition);
     tally_err e = tally_ledger_dlq_unsent_each(l, prefix, replay_count, &r);
     size_t want = r.s.cap;
-    if (!e && want > 0 && !sent_reserve(&r.s, want))
+    if (!e && want > 0 && !sent_reserve(c, &r.s, want))
         e = TALLY_NOMEM;
     if (!e && want > 0)
         e = tally_ledger_dlq_unsent_each(l, prefix, replay_row, &r);

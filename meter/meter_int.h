@@ -274,6 +274,9 @@ struct tally_consumer {
     rd_kafka_t *rk;
     rd_kafka_t *dlq;      /* producer, when a dead-letter topic is set */
     int64_t dlq_failures; /* failed deliveries not yet accounted for */
+    bool *dlq_ok;         /* which copies of the current round were delivered */
+    size_t dlq_ok_cap;
+    uint32_t dlq_round; /* in each copy's opaque, with its index */
     tally_batch *b;
 
     part *parts;

@@ -3,6 +3,8 @@
  * and its dead-letter copy, tombstones, a subject with white space, and a
  * key that does not route to its subject's partition. Each runs `tally
  * meter --until-idle` against the embedded broker on loopback. */
+#include <librdkafka/rdkafka.h>
+
 #include "meter_e2e.h"
 #include "tally/partition.h"
 
@@ -284,6 +286,57 @@ static void test_oversized_poison(void **state)
     e2e_broker_stop(&b);
 }
 
+/* The group's committed Kafka offset of usage/0, or a negative value. */
+static long long committed_offset(const e2e_broker *b, const char *group)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", b->bootstrap, errstr, sizeof errstr) ||
+        rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof errstr))
+        fail_msg("conf: %s", errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    assert_non_null(rk);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, "usage", 0);
+    long long off = -9999;
+    if (rd_kafka_committed(rk, l, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR && !l->elems[0].err)
+        off = l->elems[0].offset;
+    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_destroy(rk);
+    return off;
+}
+
+/* 15: dead-letter copies that fail (the broker refuses every produce) are
+ * not recorded, do not hold back the Kafka offset, and go out once on the
+ * next start that can deliver them. */
+static void test_failed_copies_do_not_pin(void **state)
+{
+    (void)state;
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
+    env e;
+    env_init(&e, "hostile-dlqfail");
+    e2e_broker b;
+    e2e_broker_start(&b, 1, e.blog);
+    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    write_padding(e.kv, 3, 50);
+    write_events(e.kv, 0, 5, "a");
+    e2e_produce(&b, "usage", e.kv);
+    e2e_broker_ctl(&b, "error Produce 100000 MSG_SIZE_TOO_LARGE");
+    const char *dlq[] = {"--dlq-topic", "usage-dlq", NULL};
+    assert_int_equal(meter_run(&e, &b, dlq), 0);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM quarantine"), 3);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dlq_sent"), 0);
+    assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 8);
+    assert_int_equal(committed_offset(&b, "hostile"), 8);
+    e2e_broker_ctl(&b, "clear Produce");
+    assert_int_equal(meter_run(&e, &b, dlq), 0);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dlq_sent"), 3);
+    assert_int_equal(e2e_topic_count(&b, "usage-dlq"), 3);
+    assert_int_equal(meter_run(&e, &b, dlq), 0);
+    assert_int_equal(e2e_topic_count(&b, "usage-dlq"), 3);
+    e2e_broker_stop(&b);
+}
+
 /* 17: a tombstone and a subject with white space. */
 static void test_tombstone_and_whitespace(void **state)
 {
@@ -379,6 +432,7 @@ int main(void)
         cmocka_unit_test_teardown(test_tombstone_and_whitespace, e2e_teardown),
         cmocka_unit_test_teardown(test_misrouted_key, e2e_teardown),
         cmocka_unit_test_teardown(test_oversized_poison, e2e_teardown),
+        cmocka_unit_test_teardown(test_failed_copies_do_not_pin, e2e_teardown),
         cmocka_unit_test_teardown(test_restarted_broker_stops, e2e_teardown),
         cmocka_unit_test_teardown(test_restarted_longer_log_stops, e2e_teardown),
         cmocka_unit_test_teardown(test_retention_gap_stops, e2e_teardown),
