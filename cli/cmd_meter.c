@@ -67,7 +67,11 @@ static void print_help(void)
            "  --no-pipeline           decode and commit on one thread\n"
            "  --ledger-dir DIR        write into the ledger directory DIR (as --db DIR):\n"
            "                          each partition into DIR/shard-<topic>-<partition>.db\n"
-           "                          while this member holds its lock (docs/DEPLOYMENT.md)\n");
+           "                          while this member holds its lock (docs/DEPLOYMENT.md)\n"
+           "  --accept-gap T/P[,...]  a partition whose stored offset the broker no longer\n"
+           "                          has stops the meter (exit 1); for these partitions,\n"
+           "                          record the gap in the ledger and go on from the log start\n"
+           "  --accept-gaps           the same for every partition\n");
 }
 
 typedef struct meter_args {
@@ -87,6 +91,8 @@ static int parse_opts(cli_ctx *ctx, int argc, char **argv, tally_consumer_opts *
                             {"session-timeout-ms", &a.session, NULL},
                             {"no-pipeline", NULL, &o->no_pipeline},
                             {"ledger-dir", &a.ledger_dir, NULL},
+                            {"accept-gap", &o->accept_gap, NULL},
+                            {"accept-gaps", NULL, &o->accept_gaps},
                             {NULL, NULL, NULL}};
     int npos = 0;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, &npos);
@@ -113,6 +119,23 @@ static int parse_opts(cli_ctx *ctx, int argc, char **argv, tally_consumer_opts *
     if (!rc && a.ledger_dir)
         ctx->db_path = a.ledger_dir;
     return rc;
+}
+
+/* The totals on stdout, also after a failed run (an offset gap says where). */
+static void print_stats(const tally_consumer_stats *st)
+{
+    printf("messages=%lld accepted=%lld duplicate=%lld conflict=%lld quarantined=%lld dlq=%lld "
+           "batches=%lld stale=%lld rebalances=%lld first_ms=%lld last_ms=%lld gaps=%lld "
+           "gaps_accepted=%lld",
+           (long long)st->messages, (long long)st->accepted, (long long)st->duplicates,
+           (long long)st->conflicts, (long long)st->quarantined, (long long)st->dlq,
+           (long long)st->batches, (long long)st->stale, (long long)st->rebalances,
+           (long long)st->first_ms, (long long)st->last_ms, (long long)st->gaps,
+           (long long)st->gaps_accepted);
+    if (st->gaps > 0)
+        printf(" gap=%d:%lld..%lld", (int)st->gap_partition, (long long)st->gap_from,
+               (long long)st->gap_to - 1);
+    printf("\n");
 }
 
 /* In a ledger directory, the shards the member writes. */
@@ -160,16 +183,11 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
     tally_consumer_stats st;
     tally_consumer_stats_get(c, &st);
     tally_consumer_destroy(c);
+    print_stats(&st);
     if (e) { /* a run that started and stopped failed, whatever the cause */
         rc = cli_error(ctx, CLI_FAIL, "stopped: %s", tally_err_str(e));
         goto out_ledger;
     }
-    printf("messages=%lld accepted=%lld duplicate=%lld conflict=%lld quarantined=%lld dlq=%lld "
-           "batches=%lld stale=%lld rebalances=%lld first_ms=%lld last_ms=%lld\n",
-           (long long)st.messages, (long long)st.accepted, (long long)st.duplicates,
-           (long long)st.conflicts, (long long)st.quarantined, (long long)st.dlq,
-           (long long)st.batches, (long long)st.stale, (long long)st.rebalances,
-           (long long)st.first_ms, (long long)st.last_ms);
     rc = CLI_OK;
 out_ledger:
     tally_shard_set_destroy(shards);

@@ -20,12 +20,14 @@
 #include <string.h>
 
 #include "ledger_int.h"
+#include "tally/sign.h"
 
 static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_DEDUPE_INS] = "INSERT INTO dedupe(src, id, fp) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
     [ST_DEDUPE_FP] = "SELECT fp FROM dedupe WHERE src = ?1 AND id = ?2",
     [ST_QUARANTINE] = "INSERT INTO quarantine(origin, reason, detail, source, event_id, raw, "
-                      "created_at, key_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+                      "created_at, key_id, raw_size, raw_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+                      "?7, ?8, ?9, ?10) "
                       "ON CONFLICT(origin) DO NOTHING",
     [ST_IV_INS] = "INSERT INTO usage_intervals(account, meter, pricing, migration, resource, dim, "
                   "weight, start_s, end_s, seq) VALUES (?1, ?5, ?6, ?7, ?8, ?9, ?10, ?2, ?3, ?4)",
@@ -40,9 +42,9 @@ static const char *const batch_sql[ST_COUNT_OF] = {
                   "qty <= 9223372036854775807 - ?6",
     [ST_PT_GET] = "SELECT qty FROM usage_points WHERE account = ?1 AND meter = ?2 AND dim = ?3 "
                   "AND dim2 = ?4 AND t_s = ?5",
-    [ST_OFF_INS] = "INSERT INTO offsets(topic, partition, next_offset, updated_at) "
-                   "VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
-    [ST_OFF_UPD] = "UPDATE offsets SET next_offset = ?3, updated_at = ?4 "
+    [ST_OFF_INS] = "INSERT INTO offsets(topic, partition, next_offset, updated_at, last_mark) "
+                   "VALUES (?1, ?2, ?3, ?4, ?6) ON CONFLICT DO NOTHING",
+    [ST_OFF_UPD] = "UPDATE offsets SET next_offset = ?3, updated_at = ?4, last_mark = ?6 "
                    "WHERE topic = ?1 AND partition = ?2 AND next_offset = ?5",
     [ST_SEQ] = "UPDATE meta SET value = value + 1 WHERE key = 'usage_seq' RETURNING value",
     [ST_COUNT] = "UPDATE meta SET value = value + ?2 WHERE key = ?1",
@@ -141,7 +143,8 @@ static tally_err push_item(tally_batch *b, const char *raw, size_t len, const ch
         b->arena_len = arena_mark;
         return e;
     }
-    it->raw_len = raw ? len : 0;
+    it->raw_len = it->raw_size = raw ? len : 0;
+    it->sha_off = NO_SHA;
     b->n_items++;
     *out = it;
     return TALLY_OK;
@@ -196,10 +199,24 @@ tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej, const 
                                  size_t len, const char *origin)
 {
     batch_item *it;
+    char sha[65];
+    size_t sha_off;
     assert(origin && rej);
-    tally_err e = push_item(b, raw, len, origin, &it);
+    /* Only a bounded prefix is kept; the hash stands for the rest. */
+    if (raw && len > QUARANTINE_RAW_MAX) {
+        tally_sha256_hex(raw, len, sha);
+        tally_err e = arena_put(b, sha, 64, true, &sha_off);
+        if (e != TALLY_OK)
+            return e;
+    }
+    tally_err e =
+        push_item(b, raw, raw && len > QUARANTINE_RAW_MAX ? QUARANTINE_RAW_MAX : len, origin, &it);
     if (e != TALLY_OK)
         return e;
+    if (raw && len > QUARANTINE_RAW_MAX) {
+        it->raw_size = len;
+        it->sha_off = sha_off;
+    }
     it->is_event = false;
     memset(&it->u.rej, 0, sizeof it->u.rej);
     snprintf(it->u.rej.reason, sizeof it->u.rej.reason, "%.*s", (int)sizeof rej->reason - 1,
@@ -222,6 +239,7 @@ tally_err tally_batch_set_offset(tally_batch *b, const char *topic, int32_t part
         if (expected_next != o->new_next) /* a second range must continue the first */
             return TALLY_INVAL;
         o->new_next = new_next;
+        o->has_mark = false;
         return TALLY_OK;
     }
     if (b->n_offsets == b->offsets_alloc) {
@@ -240,10 +258,25 @@ tally_err tally_batch_set_offset(tally_batch *b, const char *topic, int32_t part
     o->partition = partition;
     o->expected_next = expected_next;
     o->new_next = new_next;
+    o->has_mark = false;
     return TALLY_OK;
 }
 
 void tally_batch_set_key_id(tally_batch *b, int64_t key_id)
 {
     b->key_id = key_id;
+}
+
+tally_err tally_batch_set_offset_mark(tally_batch *b, const char *topic, int32_t partition,
+                                      int64_t mark)
+{
+    for (size_t i = 0; topic && i < b->n_offsets; i++) {
+        batch_offset *o = &b->offsets[i];
+        if (o->partition == partition && strcmp(o->topic, topic) == 0) {
+            o->mark = mark;
+            o->has_mark = true;
+            return TALLY_OK;
+        }
+    }
+    return TALLY_INVAL;
 }

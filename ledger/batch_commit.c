@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ledger_int.h"
+#include "tally/sign.h"
 
 /* ---- Offsets ---------------------------------------------------------------- */
 
@@ -20,6 +21,10 @@ static tally_err apply_offsets(tally_batch *b)
         sqlite3_bind_int64(st, 4, b->now_s);
         if (!fresh)
             sqlite3_bind_int64(st, 5, o->expected_next);
+        if (o->has_mark)
+            sqlite3_bind_int64(st, 6, o->mark);
+        else
+            sqlite3_bind_null(st, 6);
         tally_err e = batch_step(b, st);
         if (e != TALLY_OK)
             return e;
@@ -57,6 +62,13 @@ static tally_err quarantine(tally_batch *b, const batch_item *it, const char *re
         sqlite3_bind_int64(st, 8, b->key_id);
     else
         sqlite3_bind_null(st, 8);
+    sqlite3_bind_int64(st, 9, (sqlite3_int64)it->raw_size);
+    char sha[65];
+    if (it->sha_off == NO_SHA)
+        tally_sha256_hex(b->arena + it->raw_off, it->raw_len, sha);
+    else
+        memcpy(sha, b->arena + it->sha_off, sizeof sha);
+    sqlite3_bind_text(st, 10, sha, 64, SQLITE_TRANSIENT);
     tally_err e = batch_step(b, st);
     if (e == TALLY_OK)
         b->new_quarantine += sqlite3_changes(b->l->db);

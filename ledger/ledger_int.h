@@ -180,9 +180,16 @@ void idx_table_remove(idx_table *t, uint64_t hash, uint32_t idx);
 
 /* ---- Items ----------------------------------------------------------------- */
 
+/* A quarantine row keeps at most this much of its raw message, with the
+ * whole message's size and SHA-256 (schemas/006_kafka_hostile.sql). */
+#define QUARANTINE_RAW_MAX ((size_t)64 << 10)
+#define NO_SHA             ((size_t)-1)
+
 typedef struct batch_item {
     bool is_event;
     size_t origin_off, raw_off, raw_len; /* in the arena; origin is NUL-terminated */
+    size_t raw_size;                     /* the whole message's length (raw_len may be a prefix) */
+    size_t sha_off; /* its SHA-256 as hex in the arena, or NO_SHA: hash raw at commit */
     union {
         tally_event ev;
         tally_reject rej;
@@ -193,6 +200,8 @@ typedef struct batch_offset {
     char topic[256];
     int32_t partition;
     int64_t expected_next, new_next;
+    int64_t mark; /* of the message at new_next - 1, when has_mark */
+    bool has_mark;
 } batch_offset;
 
 /* An open interval: one usage_intervals row (stored or not yet). */

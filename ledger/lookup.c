@@ -71,7 +71,8 @@ tally_err tally_ledger_quarantine_each(tally_ledger *l, const char *origin_prefi
 {
     sqlite3_stmt *st;
     tally_err e = ledger_prepare(l,
-                                 "SELECT origin, reason, raw, key_id FROM quarantine "
+                                 "SELECT origin, reason, raw, key_id, raw_size, raw_sha256 FROM "
+                                 "quarantine "
                                  "WHERE substr(origin, 1, length(?1)) = ?1 ORDER BY id",
                                  &st);
     if (e)
@@ -86,6 +87,11 @@ tally_err tally_ledger_quarantine_each(tally_ledger *l, const char *origin_prefi
                                   .raw = sqlite3_column_blob(st, 2),
                                   .raw_len = (size_t)sqlite3_column_bytes(st, 2),
                                   .key_id = sqlite3_column_int64(st, 3)};
+        const unsigned char *sha = sqlite3_column_text(st, 5);
+        q.raw_size = sqlite3_column_type(st, 4) == SQLITE_NULL
+                         ? q.raw_len
+                         : (size_t)sqlite3_column_int64(st, 4);
+        q.raw_sha256 = sha ? (const char *)sha : "";
         e = fn(ctx, &q);
     }
     if (e) {

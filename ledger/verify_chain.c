@@ -47,6 +47,10 @@ static const chain_table tables[] = {
      "invoice credit with rowid"},
     {"outbox", "id, event_id, type, subject, payload, created_at", "'outbox event ' || t.event_id",
      "outbox row"},
+    {"offset_gaps",
+     "id, topic, partition, from_offset, to_offset, kind, stored_next, log_start, log_end, "
+     "created_at",
+     "'offset gap ' || t.id || ' (' || t.topic || '/' || t.partition || ')'", "offset gap"},
 };
 
 /* "t.a, t.b, ..." for "a, b, ...". */

@@ -7,6 +7,7 @@
 
 #include "meter_int.h"
 #include "tally/log.h"
+#include "tally/partition.h"
 
 #define DEFAULT_GROUP        "tally-meter"
 #define DEFAULT_BATCH_EVENTS 10000
@@ -53,7 +54,8 @@ static tally_err make_consumer(tally_consumer *c, char *why, size_t cap)
         {"client.id", "tally-meter"},
         {"enable.auto.commit", "false"},
         {"enable.auto.offset.store", "false"},
-        {"auto.offset.reset", "earliest"},
+        /* Never jump over offsets the broker lost: report them (consumer_gap.c). */
+        {"auto.offset.reset", "error"},
         {"enable.partition.eof", "false"},
         {"session.timeout.ms", session},
         {"heartbeat.interval.ms", heartbeat},
@@ -219,6 +221,7 @@ void tally_consumer_destroy(tally_consumer *c)
         pthread_cond_destroy(&c->cv);
     }
     free(c->parts);
+    free(c->dlq_ok);
     free(c);
 }
 
@@ -271,6 +274,36 @@ static void warn_behind(tally_consumer *c, part *p, const rd_kafka_message_t *m)
               c->topic, (int)m->partition, (long long)m->offset, (long long)p->next);
 }
 
+/* Replaces a decoded result with a Kafka-path reject. */
+static void reject_as(item *it, const char *reason, const char *detail)
+{
+    it->d.is_event = false;
+    memset(&it->d.u.rej, 0, sizeof it->d.u.rej);
+    snprintf(it->d.u.rej.reason, sizeof it->d.u.rej.reason, "%s", reason);
+    snprintf(it->d.u.rej.detail, sizeof it->d.u.rej.detail, "%s", detail);
+}
+
+/* Decodes one copied message. On top of the pipeline's checks, the Kafka
+ * path refuses a tombstone (a null value), and over a ledger directory an
+ * event on a partition its subject does not route to (misrouted: its
+ * shard's dedupe could not see a correctly keyed retry in another shard). */
+static void decode_item(tally_consumer *c, chunk *k, item *it, const rd_kafka_message_t *m,
+                        int64_t now_s)
+{
+    it->tombstone = m->payload == NULL;
+    if (it->tombstone) {
+        reject_as(it, "tombstone", "a Kafka tombstone (null value) is not an event");
+        return;
+    }
+    (void)tally_pipeline_decode(k->arena + it->raw_off, it->raw_len, now_s, &it->d);
+    if (!it->d.is_event || !c->o.shards || c->topic_parts <= 0)
+        return;
+    const char *acct = it->d.u.ev.account;
+    if (tally_partition_of(acct, strlen(acct), c->topic_parts) != m->partition)
+        reject_as(it, "misrouted",
+                  "the subject's partition (murmur2 of the subject) is not the message's");
+}
+
 /* A chunk that must be committed before it takes anything more. */
 static bool chunk_full(const chunk *k)
 {
@@ -282,6 +315,10 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
 {
     chunk *k = &c->chunks[c->fill];
     part *p = group_part(c, m->partition);
+    if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET) {
+        gap_on_reset(c, m);
+        return;
+    }
     if (m->err) {
         on_error(c, m);
         return;
@@ -293,6 +330,8 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
         c->fatal = TALLY_INTERNAL;
         return;
     }
+    if (p->verify_at >= 0 && gap_verify(c, p, m))
+        return;
     if (p->next >= 0 && m->offset < p->next) {
         warn_behind(c, p, m);
         return;
@@ -303,8 +342,9 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
         return;
     }
     p->gen = k->gen;
+    p->last_item = k->n;
     k->n++;
-    (void)tally_pipeline_decode(k->arena + it->raw_off, it->raw_len, now_s, &it->d);
+    decode_item(c, k, it, m, now_s);
     if (k->n == 1)
         k->first_ms = now_ms;
     if (c->st.first_ms < 0)

@@ -102,6 +102,11 @@ void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, c
     p = put_u64(p, (uint64_t)(partition < 0 ? 0 : partition));
     *p++ = '@';
     p = put_u64(p, (uint64_t)(offset < 0 ? 0 : offset));
+    const part *pt = partition >= 0 && partition < c->n_parts ? &c->parts[partition] : NULL;
+    if (pt && pt->epoch > 0) {
+        memcpy(p, "+r", 2);
+        p = put_u64(p + 2, (uint64_t)pt->epoch);
+    }
     *p = '\0';
 }
 
@@ -122,6 +127,8 @@ static tally_err queue_chunk(tally_consumer *c, chunk *k)
         const chunk_off *o = &k->offs[i];
         tally_err e =
             tally_batch_set_offset(c->b, c->topic, o->partition, o->expected_next, o->new_next);
+        if (!e)
+            e = tally_batch_set_offset_mark(c->b, c->topic, o->partition, o->mark);
         if (e)
             return e;
     }
@@ -215,9 +222,9 @@ static void finish(tally_consumer *c, chunk *k)
     c->st.conflicts += k->st.conflicts;
     c->st.quarantined += k->st.quarantined;
     if (k->err == TALLY_OK) {
+        /* A copy that failed is sent again on the next assignment (the
+         * ledger knows which); it never holds back the Kafka offset. */
         c->st.dlq += k->dlq;
-        for (size_t i = 0; k->dlq_failed && i < k->n_offs; i++)
-            group_part(c, k->offs[i].partition)->kafka_hold = true;
         c->st.batches++;
         c->st.last_ms = cons_now_ms() - c->start_ms;
         group_commit_kafka(c, k);
@@ -240,8 +247,11 @@ static void seal_offsets(tally_consumer *c, chunk *k)
     for (size_t i = 0; i < k->n_offs; i++) {
         chunk_off *o = &k->offs[i];
         part *p = group_part(c, o->partition);
+        const item *last = &k->items[p->last_item];
         o->expected_next = p->chain;
         o->new_next = p->next;
+        o->mark = message_mark(k->arena + last->key_off, last->key_len,
+                               last->tombstone ? NULL : k->arena + last->raw_off, last->raw_len);
         p->chain = p->next;
     }
 }

@@ -25,7 +25,7 @@ static tally_err grow_parts(tally_consumer *c, int32_t partition)
         return TALLY_NOMEM;
     memset(p + c->n_parts, 0, (size_t)(n - c->n_parts) * sizeof *p);
     for (int32_t i = c->n_parts; i < n; i++)
-        p[i].next = p[i].chain = -1;
+        p[i].next = p[i].chain = p[i].verify_at = -1;
     c->parts = p;
     c->n_parts = n;
     return TALLY_OK;
@@ -38,52 +38,115 @@ static void unassign_all(tally_consumer *c)
     c->st.partitions = 0;
 }
 
-/* Copies again the quarantined messages whose dead-letter copies were not
- * confirmed: those between a partition's committed Kafka offset and the
- * ledger's (list holds the ledger's offsets, or BEGINNING). */
+/* Sends the dead-letter copies that the ledger does not record as
+ * delivered (an earlier run failed or died before recording them). A copy
+ * that fails again is tried on the next assignment; it never holds back
+ * the partition's Kafka offset. */
 static void replay_dlq(tally_consumer *c, const rd_kafka_topic_partition_list_t *list)
 {
-    rd_kafka_topic_partition_list_t *kafka = rd_kafka_topic_partition_list_copy(list);
-    rd_kafka_resp_err_t err = rd_kafka_committed(c->rk, kafka, 10000);
-    for (int i = 0; !err && i < kafka->cnt; i++) {
-        int64_t to = list->elems[i].offset, from = kafka->elems[i].offset;
-        if (from < 0)
-            from = 0; /* nothing confirmed yet */
-        if (to > from && !dlq_replay(c, list->elems[i].partition, from, to))
-            c->parts[list->elems[i].partition].kafka_hold = true;
-    }
-    if (err)
-        tally_log(TALLY_LOG_WARNING, "meter",
-                  "cannot read committed offsets (%s); dead-letter copies of "
-                  "earlier runs are not re-sent",
-                  rd_kafka_err2str(err));
-    rd_kafka_topic_partition_list_destroy(kafka);
+    for (int i = 0; i < list->cnt; i++)
+        (void)dlq_replay(c, list->elems[i].partition);
 }
 
-/* Sets each listed partition's start to its stored next offset (the
- * beginning if none) and assigns them. Nothing may be in flight. */
+/* The topic's partition count from the broker's metadata; 0 if unknown. */
+static int32_t topic_partitions(tally_consumer *c)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_topic_t *t = rd_kafka_topic_new(c->rk, c->topic, NULL);
+    int32_t n = 0;
+    if (t && rd_kafka_metadata(c->rk, 0, t, &md, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR && md &&
+        md->topic_cnt == 1 && !md->topics[0].err)
+        n = md->topics[0].partition_cnt;
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    if (t)
+        rd_kafka_topic_destroy(t);
+    return n;
+}
+
+/* A copy of list without the partitions stopped at a gap; NULL: no memory. */
+static rd_kafka_topic_partition_list_t *without_stopped(const rd_kafka_topic_partition_list_t *list)
+{
+    rd_kafka_topic_partition_list_t *out = rd_kafka_topic_partition_list_new(list->cnt);
+    for (int i = 0; out && i < list->cnt; i++)
+        if (list->elems[i].offset != RD_KAFKA_OFFSET_INVALID)
+            rd_kafka_topic_partition_list_add(out, list->elems[i].topic, list->elems[i].partition)
+                ->offset = list->elems[i].offset;
+    return out;
+}
+
+/* Sets one listed partition's start from the ledger: its stored offset (the
+ * beginning if none), checked against the broker's watermarks, or the
+ * message before it to verify the log. *stopped: the partition has a gap
+ * and is left out (tp->offset is RD_KAFKA_OFFSET_INVALID). */
+static tally_err start_partition(tally_consumer *c, rd_kafka_topic_partition_t *tp, bool *stopped)
+{
+    int64_t next = -1, mark = 0, lo = -1, ignored;
+    bool has_mark = false;
+    *stopped = false;
+    tally_err e = grow_parts(c, tp->partition);
+    if (!e)
+        e = c->o.shards ? shard_take(c, tp->partition, &next)
+                        : tally_ledger_offset_get(c->l, c->topic, tp->partition, &next);
+    tally_ledger *l = e ? NULL : shard_ledger_of(c, tp->partition);
+    if (!e && next >= 0)
+        e = tally_ledger_offset_mark(l, c->topic, tp->partition, &ignored, &mark, &has_mark);
+    if (e)
+        return e;
+    if (gap_check(c, tp->partition, &next, &lo) != 0) {
+        tp->offset = RD_KAFKA_OFFSET_INVALID;
+        *stopped = true;
+        return TALLY_OK;
+    }
+    part *p = &c->parts[tp->partition];
+    if ((e = tally_ledger_gap_epoch(l, c->topic, tp->partition, &p->epoch)))
+        return e;
+    p->assigned = true;
+    p->kafka_hold = false;
+    p->next = p->chain = next;
+    tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
+    /* The message the ledger ends at is read again, to check that this log
+     * is the one the ledger read (consumer_gap.c). */
+    p->verify_at = has_mark && next > 0 && next - 1 >= lo ? next - 1 : -1;
+    p->mark = mark;
+    if (p->verify_at >= 0)
+        tp->offset = p->verify_at;
+    return TALLY_OK;
+}
+
+/* After a partition stopped at a gap: assigns the others (their open
+ * batches are committed on the way out) and stops the meter, exit 1. */
+static void assign_but_stopped(tally_consumer *c, const rd_kafka_topic_partition_list_t *list)
+{
+    rd_kafka_topic_partition_list_t *rest = without_stopped(list);
+    if (rest && c->dlq)
+        replay_dlq(c, rest);
+    if (!rest || rd_kafka_assign(c->rk, rest) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        unassign_all(c);
+    else
+        c->st.partitions = rest->cnt;
+    if (rest)
+        rd_kafka_topic_partition_list_destroy(rest);
+    c->fatal = TALLY_KAFKA;
+}
+
+/* Sets each listed partition's start from the ledger and assigns them.
+ * Nothing may be in flight. */
 static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_t *list)
 {
     tally_err e = TALLY_OK;
+    int stopped = 0;
     unassign_all(c);
+    if (c->o.shards && list->cnt > 0)
+        c->topic_parts = topic_partitions(c);
     if (c->o.shards)
         shard_retain(c, list);
     for (int i = 0; i < list->cnt && !e; i++) {
-        rd_kafka_topic_partition_t *tp = &list->elems[i];
-        int64_t next = -1;
-        if (strcmp(tp->topic, c->topic) != 0)
+        bool stop = false;
+        if (strcmp(list->elems[i].topic, c->topic) != 0)
             continue;
-        e = grow_parts(c, tp->partition);
-        if (!e)
-            e = c->o.shards ? shard_take(c, tp->partition, &next)
-                            : tally_ledger_offset_get(c->l, c->topic, tp->partition, &next);
-        if (e)
-            break;
-        part *p = &c->parts[tp->partition];
-        p->assigned = true;
-        p->kafka_hold = false;
-        p->next = p->chain = next;
-        tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
+        e = start_partition(c, &list->elems[i], &stop);
+        stopped += stop;
     }
     if (e) {
         tally_log(TALLY_LOG_ERR, "meter", "cannot read stored offsets: %s (%s)", tally_err_str(e),
@@ -91,6 +154,10 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
         c->fatal = e;
         unassign_all(c);
         (void)rd_kafka_assign(c->rk, NULL);
+        return;
+    }
+    if (stopped) {
+        assign_but_stopped(c, list);
         return;
     }
     if (c->dlq)
@@ -146,6 +213,16 @@ void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     (void)rd_kafka_assign(c->rk, NULL);
     if (c->o.shards) /* the next owner may take them now */
         tally_shard_release_all(c->o.shards);
+}
+
+void group_reassign(tally_consumer *c)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(c->n_parts);
+    for (int32_t i = 0; i < c->n_parts; i++)
+        if (c->parts[i].assigned)
+            rd_kafka_topic_partition_list_add(list, c->topic, i);
+    assign_from_ledger(c, list);
+    rd_kafka_topic_partition_list_destroy(list);
 }
 
 void group_resync(tally_consumer *c)

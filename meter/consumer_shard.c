@@ -104,7 +104,8 @@ static tally_err queue_partition(tally_consumer *c, chunk *k, const chunk_off *o
         if (e)
             return e;
     }
-    return tally_batch_set_offset(b, c->topic, o->partition, o->expected_next, o->new_next);
+    tally_err e = tally_batch_set_offset(b, c->topic, o->partition, o->expected_next, o->new_next);
+    return e ? e : tally_batch_set_offset_mark(b, c->topic, o->partition, o->mark);
 }
 
 /* Commits one job; runs on any of the committing threads (each shard's

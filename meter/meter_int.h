@@ -213,12 +213,13 @@ static inline int json_scan_member(json_scan *s, bool *first, json_val *key)
 #define CHUNK_DUE_BYTES ((size_t)16 << 20) /* payload bytes that make a chunk due */
 #define CHUNK_MAX_BYTES ((size_t)64 << 20) /* payload bytes one chunk may hold */
 #define CHUNK_GROWTH    4   /* a chunk holds up to this many batches' worth while it waits */
-#define ORIGIN_MAX      320 /* "kafka:" topic(<=249) "/" p "@" offset */
+#define ORIGIN_MAX      320 /* "kafka:" topic(<=249) "/" p "@" offset ["+r" epoch] */
 
 /* One consumed message, decoded. Its key and value are copied into the
  * chunk's arena, so the Kafka message (which pins its whole fetch response)
  * is released at once. */
 typedef struct item {
+    bool tombstone; /* the message had no value (a null, not an empty one) */
     int32_t partition;
     int64_t offset;
     size_t raw_off, raw_len, key_off, key_len; /* in the chunk's arena */
@@ -229,6 +230,7 @@ typedef struct item {
 typedef struct chunk_off {
     int32_t partition;
     int64_t expected_next, new_next;
+    int64_t mark; /* message_mark of the message at new_next - 1 */
 } chunk_off;
 
 typedef struct chunk {
@@ -252,10 +254,14 @@ typedef struct chunk {
 typedef struct part {
     bool assigned;
     bool warned_behind;
-    bool kafka_hold; /* a dead-letter copy failed: commit no more offsets to Kafka */
-    int64_t next;    /* offset after the last message decoded; -1: none yet */
-    int64_t chain;   /* the ledger's next offset once every sealed chunk commits */
-    uint64_t gen;    /* gen of the last chunk that touched it */
+    bool kafka_hold;   /* its chain ran ahead of the ledger: commit no more offsets to Kafka */
+    int64_t next;      /* offset after the last message decoded; -1: none yet */
+    int64_t chain;     /* the ledger's next offset once every sealed chunk commits */
+    uint64_t gen;      /* gen of the last chunk that touched it */
+    size_t last_item;  /* its last item in that chunk */
+    int64_t verify_at; /* offset re-read to check the log is the ledger's; -1: none */
+    int64_t mark;      /* the ledger's mark of the message at verify_at */
+    int64_t epoch;     /* restarts of its log the ledger accepted (origins' "+r<n>") */
 } part;
 
 struct tally_consumer {
@@ -268,10 +274,14 @@ struct tally_consumer {
     rd_kafka_t *rk;
     rd_kafka_t *dlq;      /* producer, when a dead-letter topic is set */
     int64_t dlq_failures; /* failed deliveries not yet accounted for */
+    bool *dlq_ok;         /* which copies of the current round were delivered */
+    size_t dlq_ok_cap;
+    uint32_t dlq_round; /* in each copy's opaque, with its index */
     tally_batch *b;
 
     part *parts;
     int32_t n_parts;
+    int32_t topic_parts; /* the topic's partition count from metadata; 0: unknown */
     bool joined;
     bool in_rebalance; /* inside the rebalance callback */
     bool closing;      /* leaving the group: assign nothing more */
@@ -327,7 +337,8 @@ void pipeline_drop_fill(tally_consumer *c);
 /* Collects a finished chunk if there is one (blocking with wait). */
 void pipeline_collect(tally_consumer *c, bool wait);
 
-/* Writes "kafka:<topic>/<partition>@<offset>" into out (ORIGIN_MAX bytes). */
+/* Writes "kafka:<topic>/<partition>@<offset>" into out (ORIGIN_MAX bytes),
+ * followed by "+r<epoch>" once the partition's log restarted (part.epoch). */
 void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, char *out);
 
 /* consumer_dlq.c */
@@ -335,9 +346,9 @@ void dlq_configure(rd_kafka_conf_t *conf, tally_consumer *c);
 /* Copies k's quarantined messages to the dead-letter topic and waits for
  * their delivery (sets k->dlq, k->dlq_failed). After k's commit. */
 void dlq_chunk(tally_consumer *c, chunk *k);
-/* Copies again the quarantined messages of partition at offsets [from, to);
- * false if any copy was not confirmed. */
-bool dlq_replay(tally_consumer *c, int32_t partition, int64_t from, int64_t to);
+/* Sends the copies of the partition's quarantined messages that the ledger
+ * does not record as delivered; false if any copy was not confirmed. */
+bool dlq_replay(tally_consumer *c, int32_t partition);
 
 /* consumer_group.c */
 void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -351,6 +362,28 @@ int64_t group_lag(tally_consumer *c);
 part *group_part(tally_consumer *c, int32_t partition);
 /* Commits the ledger's offsets to Kafka too (async; for lag monitoring). */
 void group_commit_kafka(tally_consumer *c, const chunk *k);
+
+/* Re-assigns every assigned partition from the ledger's offsets (which
+ * checks their watermarks again). Nothing may be in flight. */
+void group_reassign(tally_consumer *c);
+
+/* consumer_gap.c */
+/* A mark of one message (a hash of its key and value), stored with the
+ * offset after it so a restarted log can be told from the ledger's. */
+int64_t message_mark(const void *key, size_t key_len, const void *val, size_t len);
+/* On the first message of a partition being verified (p->verify_at):
+ * returns true if it is to be skipped (it is the one the ledger ends at,
+ * or the log was found restarted and handled). */
+bool gap_verify(tally_consumer *c, part *p, const rd_kafka_message_t *m);
+/* Checks a partition's stored next offset (*next, -1: none) against the
+ * broker's watermarks. Returns 0 to go on from *next (moved to the log start
+ * after an accepted gap, which is recorded in the ledger), -1 to stop the
+ * partition (the gap is logged and counted in c->st). Watermarks that
+ * cannot be read are no gap (0; *log_start -1). Nothing may be in flight. */
+int gap_check(tally_consumer *c, int32_t partition, int64_t *next, int64_t *log_start);
+/* After librdkafka reported an offset reset (auto.offset.reset=error):
+ * commits what is decoded and re-checks every assigned partition. */
+void gap_on_reset(tally_consumer *c, const rd_kafka_message_t *m);
 
 /* consumer_shard.c: with o.shards, each partition writes into its shard. */
 /* The ledger holding the partition: its shard's, if taken, else c->l. */

@@ -112,6 +112,12 @@ CREATE TRIGGER chain_outbox AFTER INSERT ON outbox BEGIN
   SELECT tally_chain_add('outbox', NEW.rowid,
     tally_canon('outbox', NEW.id, NEW.event_id, NEW.type, NEW.subject, NEW.payload, NEW.created_at));
 END;
+-- An accepted Kafka offset gap says which usage was never read (migration 6).
+CREATE TRIGGER chain_offset_gaps AFTER INSERT ON offset_gaps BEGIN
+  SELECT tally_chain_add('offset_gaps', NEW.rowid,
+    tally_canon('offset_gaps', NEW.id, NEW.topic, NEW.partition, NEW.from_offset, NEW.to_offset,
+      NEW.kind, NEW.stored_next, NEW.log_start, NEW.log_end, NEW.created_at));
+END;
 
 -- The rows already there, in table order, linked one after the other.
 CREATE TEMP TABLE chain_stage (n INTEGER PRIMARY KEY, tbl TEXT, row_key INTEGER, row_hash TEXT);
@@ -141,6 +147,9 @@ INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'invoice_credits', r
   tally_sha256(tally_canon('invoice_credits', invoice_seq, grant_id, line_no, amount_minor)) FROM invoice_credits ORDER BY rowid;
 INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'outbox', rowid,
   tally_sha256(tally_canon('outbox', id, event_id, type, subject, payload, created_at)) FROM outbox ORDER BY rowid;
+INSERT INTO temp.chain_stage(tbl, row_key, row_hash) SELECT 'offset_gaps', rowid,
+  tally_sha256(tally_canon('offset_gaps', id, topic, partition, from_offset, to_offset, kind,
+    stored_next, log_start, log_end, created_at)) FROM offset_gaps ORDER BY rowid;
 WITH RECURSIVE link(n, hash) AS (
   SELECT 0, ''
   UNION ALL

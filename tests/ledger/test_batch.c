@@ -10,6 +10,7 @@
 #include "../../ledger/ledger_int.h"
 #include "tally/embed.h"
 #include "tally/ledger_sql.h"
+#include "tally/sign.h"
 
 #define T0      1772323200LL /* 2026-03-01T00:00:00Z */
 #define T0_TEXT "1772323200"
@@ -283,6 +284,97 @@ static void test_reject_once(void **state)
     /* Rejects alone write no usage: the usage sequence does not move. */
     assert_int_equal(query_int(l, "SELECT value FROM meta WHERE key = 'usage_seq'"), 0);
     assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* A 10 MB reject keeps a 64 KiB prefix plus the whole message's size and
+ * SHA-256 (every input path queues rejects through this batch). */
+static void test_reject_bounded(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-reject-big");
+    tally_batch *b;
+    tally_reject rej = {"too_large", "over 64 KiB"};
+    size_t n = (size_t)10 << 20;
+    char *raw = malloc(n);
+    assert_non_null(raw);
+    memset(raw, 'x', n);
+    char sha[65], want[300];
+    tally_sha256_hex(raw, n, sha);
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    assert_int_equal(tally_batch_add_reject(b, &rej, raw, n, "file:big:1:00"), TALLY_OK);
+    assert_int_equal(tally_batch_add_reject(b, &rej, "{}", 2, "file:big:2:00"), TALLY_OK);
+    (void)commit_ok(b, NULL);
+    assert_int_equal(query_int(l, "SELECT length(raw) FROM quarantine WHERE origin = "
+                                  "'file:big:1:00'"),
+                     65536);
+    assert_int_equal(query_int(l, "SELECT raw_size FROM quarantine WHERE origin = "
+                                  "'file:big:1:00'"),
+                     (long long)n);
+    snprintf(want, sizeof want,
+             "SELECT count(*) FROM quarantine WHERE origin = 'file:big:1:00' AND raw_sha256 = '%s'",
+             sha);
+    assert_int_equal(query_int(l, want), 1);
+    tally_sha256_hex("{}", 2, sha);
+    snprintf(want, sizeof want,
+             "SELECT count(*) FROM quarantine WHERE origin = 'file:big:2:00' AND raw_sha256 = "
+             "'%s' AND raw_size = 2 AND raw = CAST('{}' AS BLOB)",
+             sha);
+    assert_int_equal(query_int(l, want), 1);
+    free(raw);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* An offset's mark is stored with it and cleared by an accepted gap, which
+ * is recorded append-only and moves the offset with compare-and-set. */
+static void test_offset_mark_and_gap(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-gap");
+    tally_batch *b;
+    int64_t next = 0, mark = 0;
+    bool has = true;
+    tally_reject rej = {"bad_json", "x"};
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    assert_int_equal(tally_batch_add_reject(b, &rej, "x", 1, "kafka:usage/3@99"), TALLY_OK);
+    assert_int_equal(tally_batch_set_offset_mark(b, "usage", 3, 7), TALLY_INVAL);
+    assert_int_equal(tally_batch_set_offset(b, "usage", 3, -1, 100), TALLY_OK);
+    assert_int_equal(tally_batch_set_offset_mark(b, "usage", 3, 4242), TALLY_OK);
+    (void)commit_ok(b, NULL);
+    assert_int_equal(tally_ledger_offset_mark(l, "usage", 3, &next, &mark, &has), TALLY_OK);
+    assert_true(has);
+    assert_int_equal(next, 100);
+    assert_int_equal(mark, 4242);
+    tally_offset_gap g = {.topic = "usage",
+                          .partition = 3,
+                          .from = 100,
+                          .to = 900,
+                          .kind = "retention",
+                          .stored_next = 50,
+                          .log_start = 900,
+                          .log_end = 950};
+    assert_int_equal(tally_ledger_gap_accept(l, &g), TALLY_STALE); /* not the stored offset */
+    assert_int_equal(query_int(l, "SELECT count(*) FROM offset_gaps"), 0);
+    g.kind = "whatever";
+    assert_int_equal(tally_ledger_gap_accept(l, &g), TALLY_INVAL);
+    g.kind = "retention";
+    g.stored_next = 100;
+    assert_int_equal(tally_ledger_gap_accept(l, &g), TALLY_OK);
+    assert_int_equal(tally_ledger_offset_mark(l, "usage", 3, &next, &mark, &has), TALLY_OK);
+    assert_false(has);
+    assert_int_equal(next, 900);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM offset_gaps WHERE from_offset = 100 AND "
+                                  "to_offset = 900 AND kind = 'retention'"),
+                     1);
+    assert_int_not_equal(tally_ledger_exec(l, "DELETE FROM offset_gaps"), TALLY_OK);
+    assert_int_not_equal(tally_ledger_exec(l, "UPDATE offset_gaps SET to_offset = 100"), TALLY_OK);
+    /* Dead-letter deliveries: unsent until recorded, recorded once. */
+    const char *origins[] = {"kafka:usage/3@99", "kafka:usage/3@99"};
+    assert_int_equal(tally_ledger_dlq_mark_sent(l, origins, 2), TALLY_OK);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM dlq_sent"), 1);
+    assert_int_not_equal(tally_ledger_exec(l, "DELETE FROM dlq_sent"), TALLY_OK);
     tally_batch_destroy(b);
     tally_ledger_close(l);
 }
@@ -660,6 +752,8 @@ int main(void)
         cmocka_unit_test(test_duplicate_reserialised),
         cmocka_unit_test(test_card_quarantine),
         cmocka_unit_test(test_reject_once),
+        cmocka_unit_test(test_reject_bounded),
+        cmocka_unit_test(test_offset_mark_and_gap),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_offsets_cas),
         cmocka_unit_test(test_coalesce_hour),

@@ -139,6 +139,12 @@ TALLY_MUST_CHECK tally_err tally_batch_add_reject(tally_batch *b, const tally_re
 TALLY_MUST_CHECK tally_err tally_batch_set_offset(tally_batch *b, const char *topic,
                                                   int32_t partition, int64_t expected_next,
                                                   int64_t new_next);
+/* Stores with the offset set for (topic, partition) in this batch a mark of
+ * the message at new_next - 1 (the meter's hash of its key and value), read
+ * back with tally_ledger_offset_mark. A later range for the partition in
+ * the same batch clears it. Errors: TALLY_INVAL (no offset set). */
+TALLY_MUST_CHECK tally_err tally_batch_set_offset_mark(tally_batch *b, const char *topic,
+                                                       int32_t partition, int64_t mark);
 
 /* The API key (api_keys.id) that sent what the batch holds, stored with
  * every row it quarantines; 0 (the default) stores none (file, Kafka). */
@@ -204,9 +210,11 @@ TALLY_MUST_CHECK tally_err tally_ledger_quarantine_reason(tally_ledger *l, const
 /* One quarantine row; every field is borrowed for the callback only. */
 typedef struct tally_quarantine_row {
     const char *origin, *reason;
-    const void *raw;
+    const void *raw; /* at most the first 64 KiB of the message */
     size_t raw_len;
-    int64_t key_id; /* the API key that sent it; 0: none (file, Kafka, older rows) */
+    int64_t key_id;         /* the API key that sent it; 0: none (file, Kafka, older rows) */
+    size_t raw_size;        /* the whole message's length */
+    const char *raw_sha256; /* its SHA-256 in hex ("" if unknown) */
 } tally_quarantine_row;
 typedef tally_err (*tally_quarantine_fn)(void *ctx, const tally_quarantine_row *q);
 
@@ -215,6 +223,52 @@ typedef tally_err (*tally_quarantine_fn)(void *ctx, const tally_quarantine_row *
  * Errors: TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_ledger_quarantine_each(tally_ledger *l, const char *origin_prefix,
                                                         tally_quarantine_fn fn, void *ctx);
+
+/* Like tally_ledger_quarantine_each, for the rows whose dead-letter copy
+ * has not been recorded as delivered (tally_ledger_dlq_mark_sent); reads
+ * through the origin index. Errors: TALLY_INVAL (an empty prefix or one
+ * over 511 bytes), TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_dlq_unsent_each(tally_ledger *l, const char *origin_prefix,
+                                                        tally_quarantine_fn fn, void *ctx);
+
+/* Records, in one transaction, that the dead-letter copies of the
+ * quarantine rows with these origins were delivered; recording one twice
+ * is not an error. origins are borrowed. Errors: TALLY_DB, TALLY_BUSY. */
+TALLY_MUST_CHECK tally_err tally_ledger_dlq_mark_sent(tally_ledger *l, const char *const *origins,
+                                                      size_t n);
+
+/* An offset range of a partition that the broker no longer has. */
+typedef struct tally_offset_gap {
+    const char *topic;
+    int32_t partition;
+    int64_t from, to;           /* the offsets never read: [from, to) */
+    const char *kind;           /* "retention" (log start past the stored offset) or
+                                 * "restarted" (the log restarted below it) */
+    int64_t stored_next;        /* the ledger's next offset before */
+    int64_t log_start, log_end; /* the broker's watermarks */
+} tally_offset_gap;
+
+/* Records an accepted gap (table offset_gaps, append-only) and moves the
+ * partition's stored offset from stored_next to log_start, in one
+ * transaction. Errors: TALLY_INVAL, TALLY_STALE (the stored offset is no
+ * longer stored_next), TALLY_DB, TALLY_BUSY. */
+TALLY_MUST_CHECK tally_err tally_ledger_gap_accept(tally_ledger *l, const tally_offset_gap *g);
+
+/* The partition's stored next offset (-1: none) and the mark stored with
+ * it (tally_batch_set_offset_mark; *has_mark false if none). Reads l's own
+ * offsets table (for a ledger directory, call it on the partition's shard).
+ * Errors: TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_offset_mark(tally_ledger *l, const char *topic,
+                                                    int32_t partition, int64_t *next, int64_t *mark,
+                                                    bool *has_mark);
+
+/* How many times the partition's log restarted below the stored offset and
+ * an operator accepted it (offset_gaps rows of kind "restarted"). The meter
+ * adds it to the origins of the new log's messages ("...@<offset>+r<n>"),
+ * so a new message at an offset an old one had is not taken for it.
+ * Errors: TALLY_DB. */
+TALLY_MUST_CHECK tally_err tally_ledger_gap_epoch(tally_ledger *l, const char *topic,
+                                                  int32_t partition, int64_t *n);
 
 /* One read snapshot over several calls (BEGIN DEFERRED ... COMMIT), which
  * also takes the file locks once. Errors: TALLY_DB, TALLY_BUSY. */

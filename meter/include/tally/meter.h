@@ -46,22 +46,33 @@ typedef struct tally_consumer_opts {
      * outlive the consumer) when the partition is assigned, waiting while
      * another process holds its lock, and released when it is revoked. */
     tally_shard_set *shards;
+    /* A partition whose stored offset the broker no longer has (below its
+     * log start, or above its log end) stops the meter with an error,
+     * unless it is accepted here: then the gap is recorded in the ledger
+     * (offset_gaps) and the partition goes on from the log start.
+     * accept_gap: comma-separated "TOPIC/PARTITION" list, or NULL. */
+    const char *accept_gap;
+    bool accept_gaps; /* accept a gap on any partition */
 } tally_consumer_opts;
 
 typedef struct tally_consumer_stats {
-    int64_t messages;    /* consumed and committed to the ledger */
-    int64_t accepted;    /* billed events */
-    int64_t duplicates;  /* repeated (source, id): counted, not billed */
-    int64_t conflicts;   /* same key, different content: quarantined */
-    int64_t quarantined; /* rejected messages (conflicts not included) */
-    int64_t dlq;         /* copies produced to the dead-letter topic */
-    int64_t batches;     /* ledger transactions committed */
-    int64_t stale;       /* batches dropped because the offsets moved */
-    int64_t rebalances;  /* assignments received */
-    int64_t partitions;  /* partitions assigned now */
-    int64_t lag;         /* messages behind the high watermarks; -1: unknown */
-    int64_t first_ms;    /* from the start of the run to the first message; -1: none */
-    int64_t last_ms;     /* from the start of the run to the last commit; -1: none */
+    int64_t messages;      /* consumed and committed to the ledger */
+    int64_t accepted;      /* billed events */
+    int64_t duplicates;    /* repeated (source, id): counted, not billed */
+    int64_t conflicts;     /* same key, different content: quarantined */
+    int64_t quarantined;   /* rejected messages (conflicts not included) */
+    int64_t dlq;           /* copies produced to the dead-letter topic */
+    int64_t batches;       /* ledger transactions committed */
+    int64_t stale;         /* batches dropped because the offsets moved */
+    int64_t rebalances;    /* assignments received */
+    int64_t partitions;    /* partitions assigned now */
+    int64_t lag;           /* messages behind the high watermarks; -1: unknown */
+    int64_t first_ms;      /* from the start of the run to the first message; -1: none */
+    int64_t last_ms;       /* from the start of the run to the last commit; -1: none */
+    int64_t gaps;          /* partitions stopped at an offset gap not accepted */
+    int64_t gaps_accepted; /* gaps recorded in the ledger and gone past */
+    int32_t gap_partition; /* the last gap found: partition and [from, to) */
+    int64_t gap_from, gap_to;
 } tally_consumer_stats;
 
 /* Called about once a second from tally_consumer_run. */
