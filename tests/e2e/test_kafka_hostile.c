@@ -99,6 +99,10 @@ static void test_retention_gap_stops(void **state)
                      1);
     assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 7100);
     assert_true(log_has(&e, "gap accepted: offsets 100\\.\\."));
+    /* the accepted gap is part of the ledger's own chain, and verify holds */
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM ledger_chain WHERE tbl = 'offset_gaps'"),
+                     1);
+    assert_int_equal(tu_tally(NULL, "--db '%s' verify >/dev/null", e.db), 0);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM quarantine WHERE origin LIKE "
                                      "'kafka:usage/0@%' AND raw_size > 1024"),
                      e2e_count(e.db, "SELECT 7100 - to_offset FROM offset_gaps"));
