@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "tally/event.h"
 #include "tally/pipeline.h"
+#include "tally/sign.h"
 
 #define INGEST_BATCH  20000
 #define READ_CHUNK    ((size_t)1 << 20)
@@ -61,16 +62,64 @@ static int one_line(ingest_state *s, const char *line, size_t len)
     return CLI_OK;
 }
 
-/* Splits the stream into lines; an over-long line is cut to LINE_MAX_KEPT
- * bytes and the rest of it skipped. */
+/* An over-long line while it is being skipped: its first LINE_MAX_KEPT
+ * bytes, its length so far and the hash of all of it. */
+typedef struct long_line {
+    char *kept;
+    size_t size;
+    tally_sha256 *h;
+} long_line;
+
+/* Queues the line of which only the kept prefix is held, as too_large with
+ * the whole line's size and hash. */
+static int cut_line(ingest_state *s, long_line *ll)
+{
+    s->line_no++;
+    char sha[65];
+    tally_sha256_final(ll->h, sha);
+    ll->h = NULL;
+    uint64_t h[2];
+    tally_hash128(ll->kept, LINE_MAX_KEPT, 0, h);
+    char origin[TALLY_ID_MAX + 96];
+    snprintf(origin, sizeof origin, "file:%s:%lld:%016llx", s->name, (long long)s->line_no,
+             (unsigned long long)h[0]);
+    tally_err e = tally_pipeline_add_cut(s->p, ll->kept, LINE_MAX_KEPT, ll->size, sha, origin);
+    if (e)
+        return cli_error(s->ctx, CLI_FAIL, "line %lld: %s", (long long)s->line_no,
+                         tally_err_str(e));
+    return tally_pipeline_full(s->p) ? commit(s) : CLI_OK;
+}
+
+static int start_long(ingest_state *s, long_line *ll, const char *buf)
+{
+    ll->h = tally_sha256_create();
+    if (!ll->h)
+        return cli_error(s->ctx, CLI_FAIL, "out of memory");
+    memcpy(ll->kept, buf, LINE_MAX_KEPT);
+    ll->size = LINE_MAX_KEPT;
+    tally_sha256_update(ll->h, buf, LINE_MAX_KEPT);
+    return CLI_OK;
+}
+
+static void more_long(long_line *ll, const char *p, size_t n)
+{
+    tally_sha256_update(ll->h, p, n);
+    ll->size += n;
+}
+
+/* Splits the stream into lines. An over-long line is kept as its first
+ * LINE_MAX_KEPT bytes; the rest is read, counted and hashed, not kept. */
 static int read_lines(ingest_state *s, FILE *f)
 {
     size_t cap = READ_CHUNK + LINE_MAX_KEPT;
     char *buf = malloc(cap);
-    if (!buf)
+    long_line ll = {.kept = malloc(LINE_MAX_KEPT)};
+    if (!buf || !ll.kept) {
+        free(buf);
+        free(ll.kept);
         return cli_error(s->ctx, CLI_FAIL, "out of memory");
+    }
     size_t have = 0;
-    bool skipping = false;
     int rc = CLI_OK;
     for (;;) {
         size_t n = fread(buf + have, 1, cap - have, f);
@@ -79,28 +128,38 @@ static int read_lines(ingest_state *s, FILE *f)
         for (size_t i = 0; i < have && !rc; i++) {
             if (buf[i] != '\n')
                 continue;
-            if (!skipping)
+            if (ll.h) {
+                more_long(&ll, buf + start, i - start);
+                rc = cut_line(s, &ll);
+            } else {
                 rc = one_line(s, buf + start, i - start);
-            skipping = false;
+            }
             start = i + 1;
         }
         if (rc)
             break;
         memmove(buf, buf + start, have - start);
         have -= start;
-        if (have >= LINE_MAX_KEPT && !skipping) {
-            rc = one_line(s, buf, LINE_MAX_KEPT);
-            skipping = true;
-        }
-        if (skipping)
+        if (have >= LINE_MAX_KEPT && !ll.h) {
+            rc = start_long(s, &ll, buf);
+            if (!rc)
+                more_long(&ll, buf + LINE_MAX_KEPT, have - LINE_MAX_KEPT);
             have = 0;
-        if (n == 0)
+        } else if (ll.h) {
+            more_long(&ll, buf, have);
+            have = 0;
+        }
+        if (rc || n == 0)
             break;
     }
     if (!rc && ferror(f))
         rc = cli_error(s->ctx, CLI_FAIL, "read error on %s", s->name);
-    if (!rc && have && !skipping)
+    if (!rc && ll.h)
+        rc = cut_line(s, &ll);
+    else if (!rc && have)
         rc = one_line(s, buf, have);
+    tally_sha256_destroy(ll.h);
+    free(ll.kept);
     free(buf);
     return rc;
 }

@@ -198,14 +198,23 @@ tally_err tally_batch_add_event(tally_batch *b, const tally_event *ev, const cha
 tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej, const char *raw,
                                  size_t len, const char *origin)
 {
-    batch_item *it;
-    char sha[65];
-    size_t sha_off;
-    assert(origin && rej);
+    if (!raw || len <= QUARANTINE_RAW_MAX)
+        return tally_batch_add_reject_cut(b, rej, raw, len, raw ? len : 0, NULL, origin);
     /* Only a bounded prefix is kept; the hash stands for the rest. */
-    if (raw && len > QUARANTINE_RAW_MAX) {
-        tally_sha256_hex(raw, len, sha);
-        tally_err e = arena_put(b, sha, 64, true, &sha_off);
+    char sha[65];
+    tally_sha256_hex(raw, len, sha);
+    return tally_batch_add_reject_cut(b, rej, raw, len, len, sha, origin);
+}
+
+tally_err tally_batch_add_reject_cut(tally_batch *b, const tally_reject *rej, const char *raw,
+                                     size_t len, size_t whole_size, const char whole_sha256[65],
+                                     const char *origin)
+{
+    batch_item *it;
+    size_t sha_off = NO_SHA;
+    assert(origin && rej);
+    if (whole_sha256) {
+        tally_err e = arena_put(b, whole_sha256, 64, true, &sha_off);
         if (e != TALLY_OK)
             return e;
     }
@@ -213,8 +222,8 @@ tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej, const 
         push_item(b, raw, raw && len > QUARANTINE_RAW_MAX ? QUARANTINE_RAW_MAX : len, origin, &it);
     if (e != TALLY_OK)
         return e;
-    if (raw && len > QUARANTINE_RAW_MAX) {
-        it->raw_size = len;
+    if (whole_sha256) {
+        it->raw_size = whole_size;
         it->sha_off = sha_off;
     }
     it->is_event = false;

@@ -1,5 +1,6 @@
 /* The ingest pipeline (include/tally/pipeline.h): the one place where a
  * message becomes an event or a reject and is queued for the ledger. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,15 @@ tally_err tally_pipeline_add_decoded(tally_pipeline *p, const tally_decoded *d, 
                                      size_t len, const char *origin)
 {
     return tally_pipeline_queue(p->b, d, raw, len, origin);
+}
+
+tally_err tally_pipeline_add_cut(tally_pipeline *p, const char *raw, size_t len, size_t whole_size,
+                                 const char whole_sha256[65], const char *origin)
+{
+    tally_reject rej = {.reason = "too_large"};
+    snprintf(rej.detail, sizeof rej.detail, "the message has %zu bytes; at most %d are allowed",
+             whole_size, TALLY_EVENT_MAX_BYTES);
+    return tally_batch_add_reject_cut(p->b, &rej, raw, len, whole_size, whole_sha256, origin);
 }
 
 size_t tally_pipeline_pending(const tally_pipeline *p)

@@ -473,3 +473,50 @@ tally_err tally_verify_hash(const char *key_path, const char hash_hex[65], const
     EVP_PKEY_free(pkey);
     return err;
 }
+
+/* ---- SHA-256 in pieces ------------------------------------------------------ */
+
+struct tally_sha256 {
+    EVP_MD_CTX *ctx;
+    bool ok;
+};
+
+tally_sha256 *tally_sha256_create(void)
+{
+    tally_sha256 *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    pthread_once(&sha256_once, fetch_sha256);
+    h->ctx = EVP_MD_CTX_new();
+    h->ok = h->ctx && EVP_DigestInit_ex(h->ctx, sha256_md ? sha256_md : EVP_sha256(), NULL) == 1;
+    return h;
+}
+
+void tally_sha256_update(tally_sha256 *h, const void *data, size_t len)
+{
+    if (h->ok && len)
+        h->ok = EVP_DigestUpdate(h->ctx, data, len) == 1;
+}
+
+void tally_sha256_final(tally_sha256 *h, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (h->ok && EVP_DigestFinal_ex(h->ctx, md, &n) == 1 && n == HASH_LEN) {
+        to_hex(md, HASH_LEN, hex);
+    } else {
+        /* Only on a broken OpenSSL installation; never a valid-looking hash. */
+        memset(hex, 'x', 64);
+        hex[64] = '\0';
+        ERR_clear_error();
+    }
+    tally_sha256_destroy(h);
+}
+
+void tally_sha256_destroy(tally_sha256 *h)
+{
+    if (!h)
+        return;
+    EVP_MD_CTX_free(h->ctx);
+    free(h);
+}

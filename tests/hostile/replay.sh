@@ -252,6 +252,14 @@ t verify >/dev/null || fail "7. verify fails on old documents after keygen --for
 [ "$(t pubkey --all | grep -c 'BEGIN PUBLIC KEY')" -ge 2 ] || fail "7. pubkey --all does not list the old key"
 ok "7. keygen --force: old documents still verify; pubkey --all lists both keys"
 
-# ---- 13-17. the Kafka path: tests/e2e (test_meter_gaps and friends) -----------
+# ---- 17. a 10 MB message: its quarantine row keeps a bounded prefix ----------
+{ printf '{"specversion":"1.0","id":"huge","pad":"'; head -c 10000000 /dev/zero | tr '\0' x; printf '"}\n'; } >"$work/huge.ndjson"
+t ingest "$work/huge.ndjson" >/dev/null || fail "17. tally ingest of a 10 MB line exited $?"
+want="65536 $(($(stat -c %s "$work/huge.ndjson") - 1)) $(head -c -1 "$work/huge.ndjson" | sha256sum | cut -d' ' -f1)"
+row=$(count "SELECT length(raw) || ' ' || raw_size || ' ' || raw_sha256 FROM quarantine WHERE raw_size > 1000000")
+[ "$row" = "$want" ] || fail "17. the 10 MB line's quarantine row is '$row', not '$want'"
+ok "17. a 10 MB message: quarantined with a 64 KiB prefix, its size and SHA-256"
+
+# ---- 13-16. the Kafka path needs the embedded broker: tests/e2e/test_kafka_hostile.c
 
 ok "replayed every attempt in $work"

@@ -133,6 +133,15 @@ TALLY_MUST_CHECK tally_err tally_batch_add_event(tally_batch *b, const tally_eve
 TALLY_MUST_CHECK tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej,
                                                   const char *raw, size_t len, const char *origin);
 
+/* The same for a message of which only raw[0..len) was kept (a file line cut
+ * when read): whole_size and whole_sha256 (hex) describe the whole message
+ * and are stored with the kept prefix. */
+TALLY_MUST_CHECK tally_err tally_batch_add_reject_cut(tally_batch *b, const tally_reject *rej,
+                                                      const char *raw, size_t len,
+                                                      size_t whole_size,
+                                                      const char whole_sha256[65],
+                                                      const char *origin);
+
 /* Records that this batch ends partition (topic, partition) at new_next. At
  * commit the stored offset must still be expected_next (-1: none stored), or
  * the whole batch is rolled back with TALLY_STALE. */

@@ -82,6 +82,14 @@ TALLY_MUST_CHECK tally_err tally_pipeline_add_decoded(tally_pipeline *p, const t
                                                       const char *raw, size_t len,
                                                       const char *origin);
 
+/* Queues a message of which only raw[0..len) was kept because it is over
+ * the event size limit (a file line cut when read): quarantined as
+ * too_large, with whole_size and whole_sha256 (hex) describing the whole
+ * message. Errors: as tally_pipeline_queue. */
+TALLY_MUST_CHECK tally_err tally_pipeline_add_cut(tally_pipeline *p, const char *raw, size_t len,
+                                                  size_t whole_size, const char whole_sha256[65],
+                                                  const char *origin);
+
 /* Messages queued and not yet committed; whether that is batch_max. */
 size_t tally_pipeline_pending(const tally_pipeline *p);
 bool tally_pipeline_full(const tally_pipeline *p);

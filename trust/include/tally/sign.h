@@ -50,6 +50,15 @@ TALLY_MUST_CHECK tally_err tally_keyring_verify(const tally_keyring *kr, const c
 
 /* SHA-256 of data as 64 lower-case hex digits plus NUL. */
 void tally_sha256_hex(const void *data, size_t len, char hex[65]);
+
+/* SHA-256 of data that arrives in pieces (a line longer than what is kept of
+ * it). _create returns NULL when out of memory; _final writes the hex digest
+ * and frees h; _destroy frees an unfinished one (accepts NULL). */
+typedef struct tally_sha256 tally_sha256;
+tally_sha256 *tally_sha256_create(void);
+void tally_sha256_update(tally_sha256 *h, const void *data, size_t len);
+void tally_sha256_final(tally_sha256 *h, char hex[65]);
+void tally_sha256_destroy(tally_sha256 *h);
 /* Ed25519 signature of the 32 raw bytes of a SHA-256 (given as hex), as 128
  * hex digits plus NUL. Errors: TALLY_NOT_FOUND (no key), TALLY_CRYPTO. */
 TALLY_MUST_CHECK tally_err tally_sign_hash(const char *key_path, const char hash_hex[65],
