@@ -49,12 +49,12 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
     if (e == TALLY_OK && head) {
         char hwhy[512] = "";
         e = check_head_file(ctx, l, head, hwhy, sizeof hwhy);
-        if (e == TALLY_OK)
-            snprintf(hwhy, sizeof hwhy, "%s; signed head in %s still holds", why, head);
-        memcpy(why, hwhy, sizeof why);
+        if (e != TALLY_OK)
+            memcpy(why, hwhy, sizeof why);
     }
     if (e == TALLY_OK)
-        printf("ok: %s\n", why[0] ? why : "ledger verified");
+        printf("ok: %s%s%s%s\n", why[0] ? why : "ledger verified", head ? "; signed head in " : "",
+               head ? head : "", head ? " still holds" : "");
     else
         rc = cli_error(ctx, CLI_FAIL, "FAILED: %s", why[0] ? why : tally_err_str(e));
     tally_ledger_close(l);
