@@ -155,9 +155,7 @@ tally_err tally_ledger_dlq_unsent_each(tally_ledger *l, const char *origin_prefi
         sqlite3_finalize(st);
         return e;
     }
-    e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_finish(l, st, rc);
 }
 
 tally_err tally_ledger_offset_mark(tally_ledger *l, const char *topic, int32_t partition,
@@ -180,9 +178,7 @@ tally_err tally_ledger_offset_mark(tally_ledger *l, const char *topic, int32_t p
         *mark = sqlite3_column_int64(st, 1);
         rc = SQLITE_DONE;
     }
-    e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_finish(l, st, rc);
 }
 
 tally_err tally_ledger_gap_epoch(tally_ledger *l, const char *topic, int32_t partition, int64_t *n)
@@ -202,7 +198,5 @@ tally_err tally_ledger_gap_epoch(tally_ledger *l, const char *topic, int32_t par
         *n = sqlite3_column_int64(st, 0);
         rc = SQLITE_DONE;
     }
-    e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_finish(l, st, rc);
 }
