@@ -115,8 +115,10 @@ static int parse_i128(const char *s, __int128 *out)
     return 0;
 }
 
+/* sqlite3_aggregate_context's memory is only 8-byte aligned, so the 128-bit
+ * sum is kept as bytes and copied in and out. */
 typedef struct qty_acc {
-    __int128 sum;
+    unsigned char sum[sizeof(__int128)];
     bool bad;
 } qty_acc;
 
@@ -131,8 +133,11 @@ static void fn_qty_step(sqlite3_context *cx, int argc, sqlite3_value **argv)
         a->bad |= parse_i128((const char *)sqlite3_value_text(argv[0]), &x) != 0;
     else
         x = sqlite3_value_int64(argv[0]);
+    __int128 sum;
+    memcpy(&sum, a->sum, sizeof sum);
     a->bad |= __builtin_mul_overflow(x, (__int128)sqlite3_value_int64(argv[1]), &p) ||
-              __builtin_add_overflow(a->sum, p, &a->sum);
+              __builtin_add_overflow(sum, p, &sum);
+    memcpy(a->sum, &sum, sizeof sum);
 }
 
 static void fn_qty_final(sqlite3_context *cx)
@@ -143,7 +148,10 @@ static void fn_qty_final(sqlite3_context *cx)
         sqlite3_result_error(cx, "tally_qty_sum: overflow or malformed quantity", -1);
         return;
     }
-    if (tally_i128_format(a ? a->sum : 0, buf, sizeof buf) != TALLY_OK) {
+    __int128 sum = 0;
+    if (a)
+        memcpy(&sum, a->sum, sizeof sum);
+    if (tally_i128_format(sum, buf, sizeof buf) != TALLY_OK) {
         sqlite3_result_error(cx, "tally_qty_sum: cannot format", -1);
         return;
     }
