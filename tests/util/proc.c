@@ -163,6 +163,9 @@ void tu_broker_start(tu_broker *b, int partitions, const char *log)
     char parts[16];
     snprintf(parts, sizeof parts, "%d", partitions);
     const char *argv[] = {TALLY_BINARY, "broker", "--partitions", parts, NULL};
+    /* A broker that dies must fail a write with EPIPE, so the test can say
+     * so, instead of killing the test with SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     b->pid = tu_spawn(argv, log, &b->ctl, &b->out);
     if (!tu_read_line(b->out, b->bootstrap, sizeof b->bootstrap, 20000))
         fail_msg("the broker printed no bootstrap address");
