@@ -21,6 +21,14 @@ static void env_init(env *e, const char *tag)
     snprintf(e->kv, sizeof e->kv, "%s/in.kv", e->dir);
 }
 
+/* A fresh folder, a one-partition broker logging into it, and a ledger. */
+static void env_start(env *e, e2e_broker *b, const char *tag)
+{
+    env_init(e, tag);
+    e2e_broker_start(b, 1, e->blog);
+    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e->db), 0);
+}
+
 /* Runs one meter until idle (2 s); returns its exit status. */
 static int meter_run(const env *e, const e2e_broker *b, const char *const *extra)
 {
@@ -76,10 +84,8 @@ static void test_retention_gap_stops(void **state)
     (void)state;
     TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     env e;
-    env_init(&e, "hostile-retention");
     e2e_broker b;
-    e2e_broker_start(&b, 1, e.blog);
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    env_start(&e, &b, "hostile-retention");
     write_events(e.kv, 0, 100, "w");
     e2e_produce(&b, "usage", e.kv);
     assert_int_equal(meter_run(&e, &b, NULL), 0);
@@ -116,10 +122,8 @@ static void test_retention_while_running(void **state)
     (void)state;
     TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     env e;
-    env_init(&e, "hostile-running");
     e2e_broker b;
-    e2e_broker_start(&b, 1, e.blog);
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    env_start(&e, &b, "hostile-running");
     const char *args[] = {"--until-idle", "20", "--batch-ms", "20", NULL};
     pid_t m = e2e_meter(e.db, &b, "hostile", e.log, args);
     write_events(e.kv, 0, 100, "w");
@@ -150,10 +154,8 @@ static void test_huge_message_gap_exits(void **state)
     (void)state;
     TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     env e;
-    env_init(&e, "hostile-huge");
     e2e_broker b;
-    e2e_broker_start(&b, 1, e.blog);
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    env_start(&e, &b, "hostile-huge");
     write_events(e.kv, 0, 100, "w");
     e2e_produce(&b, "usage", e.kv);
     assert_int_equal(meter_run(&e, &b, NULL), 0);
@@ -178,10 +180,8 @@ static void test_restarted_broker_stops(void **state)
     (void)state;
     TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     env e;
-    env_init(&e, "hostile-restart");
     e2e_broker b;
-    e2e_broker_start(&b, 1, e.blog);
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    env_start(&e, &b, "hostile-restart");
     /* Offset 0 is poison in both logs: the second is a message of its own. */
     write_padding(e.kv, 1, 10);
     write_events(e.kv, 0, 299, "a");
@@ -219,10 +219,8 @@ static void test_restarted_longer_log_stops(void **state)
     (void)state;
     TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     env e;
-    env_init(&e, "hostile-restart-long");
     e2e_broker b;
-    e2e_broker_start(&b, 1, e.blog);
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    env_start(&e, &b, "hostile-restart-long");
     write_events(e.kv, 0, 300, "w");
     e2e_produce(&b, "usage", e.kv);
     assert_int_equal(meter_run(&e, &b, NULL), 0);
@@ -256,10 +254,8 @@ static void test_oversized_poison(void **state)
     (void)state;
     TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     env e;
-    env_init(&e, "hostile-poison");
     e2e_broker b;
-    e2e_broker_start(&b, 1, e.blog);
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    env_start(&e, &b, "hostile-poison");
     write_padding(e.kv, 1, (size_t)2 << 20);
     assert_int_equal(
         tu_sh(NULL, "kcat -P -l -b '%s' -t usage -K: -X message.max.bytes=10000000 '%s' 2>&1",
@@ -318,10 +314,8 @@ static void test_failed_copies_do_not_pin(void **state)
     (void)state;
     TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     env e;
-    env_init(&e, "hostile-dlqfail");
     e2e_broker b;
-    e2e_broker_start(&b, 1, e.blog);
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    env_start(&e, &b, "hostile-dlqfail");
     write_padding(e.kv, 3, 50);
     write_events(e.kv, 0, 5, "a");
     e2e_produce(&b, "usage", e.kv);
@@ -347,10 +341,8 @@ static void test_tombstone_and_whitespace(void **state)
     (void)state;
     TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
     env e;
-    env_init(&e, "hostile-tomb");
     e2e_broker b;
-    e2e_broker_start(&b, 1, e.blog);
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    env_start(&e, &b, "hostile-tomb");
     FILE *f = fopen(e.kv, "w");
     assert_non_null(f);
     fprintf(f, "acct-01:{\"specversion\":\"1.0\",\"id\":\"w1\",\"source\":\"//h\",\"type\":"
