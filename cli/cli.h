@@ -60,6 +60,11 @@ int cli_open_existing_ledger(const cli_ctx *ctx, tally_ledger **out);
 int cli_parse_time(const cli_ctx *ctx, const char *what, const char *s, int64_t *out);
 int cli_parse_int(const cli_ctx *ctx, const char *what, const char *s, int64_t min, int64_t max,
                   int64_t *out);
+/* A duration: whole seconds, or a number with s, m, h or d ("15d").
+ * Prints the error and returns CLI_USAGE when it does not parse or is
+ * outside [0, max_s]. */
+int cli_parse_duration(const cli_ctx *ctx, const char *what, const char *s, int64_t max_s,
+                       int64_t *out);
 
 /* One long option: "--name VALUE" / "--name=VALUE" when value is set, a bare
  * "--name" flag when flag is set. */
@@ -88,6 +93,8 @@ int cli_read_file(const cli_ctx *ctx, const char *path, char **data, size_t *len
     X(spot)                                                                                        \
     X(commit)                                                                                      \
     X(credit)                                                                                      \
+    X(balance)                                                                                     \
+    X(admission)                                                                                   \
     X(ingest)                                                                                      \
     X(broker)                                                                                      \
     X(meter)                                                                                       \

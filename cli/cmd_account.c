@@ -1,16 +1,91 @@
-/* tally account set ACCOUNT [--currency C] [--timezone TZ] [--name TEXT] */
+/* tally account set ACCOUNT [--currency C] [--timezone TZ] [--name TEXT]
+ *                   [--low-balance AMOUNT|none] [--stop-at AMOUNT]
+ *                   [--release-after DURATION] */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "tally/balance.h"
+#include "tally/money.h"
+
+typedef struct limit_args {
+    const char *low, *stop, *release;
+} limit_args;
+
+/* An amount of the account's currency, negative allowed, within the grant
+ * bound (SPEC section 4). */
+static int parse_amount(cli_ctx *ctx, const char *what, const char *s, const tally_currency *c,
+                        int64_t *out)
+{
+    const char *why = NULL;
+    int64_t max = tally_grant_max_minor(c);
+    if (tally_amount_parse(s, strlen(s), c->minor_digits, true, out, &why) != TALLY_OK)
+        return cli_error(ctx, CLI_USAGE, "%s '%s': %s", what, s, why ? why : "malformed");
+    if (*out > max || *out < -max)
+        return cli_error(ctx, CLI_USAGE, "%s '%s': more than %lld in major units", what, s,
+                         (long long)TALLY_GRANT_MAX_MAJOR);
+    return CLI_OK;
+}
+
+static int set_limits(cli_ctx *ctx, tally_ledger *l, const tally_account *a, const limit_args *x)
+{
+    const tally_currency *c = tally_currency_find(a->currency);
+    int64_t low = 0, stop = 0, release = 0;
+    tally_limits_change ch = {0};
+    int rc = CLI_OK;
+    if (!c)
+        return cli_error(ctx, CLI_USAGE, "unknown currency '%s'", a->currency);
+    if (x->low && strcmp(x->low, "none") == 0)
+        ch.clear_low = true;
+    else if (x->low && !(rc = parse_amount(ctx, "--low-balance", x->low, c, &low)))
+        ch.low_minor = &low;
+    if (!rc && x->stop && !(rc = parse_amount(ctx, "--stop-at", x->stop, c, &stop)))
+        ch.stop_at_minor = &stop;
+    if (!rc && x->release &&
+        !(rc = cli_parse_duration(ctx, "--release-after", x->release, TALLY_BALANCE_RELEASE_MAX,
+                                  &release)))
+        ch.release_after_s = &release;
+    if (rc)
+        return rc;
+    char why[256] = "";
+    tally_err e = tally_limits_set(l, a->id, &ch, why, sizeof why);
+    if (e)
+        return cli_error_for(ctx, e, "%s", why[0] ? why : tally_ledger_errmsg(l));
+    return CLI_OK;
+}
+
+static void print_account(tally_ledger *l, const tally_account *a)
+{
+    tally_balance b;
+    printf("account %s: currency %s, time zone %s%s%s", a->id, a->currency, a->timezone,
+           a->name[0] ? ", name " : "", a->name);
+    if (tally_balance_get(l, a->id, &b) == TALLY_OK) {
+        char low[48] = "none", stop[48] = "", bal[48] = "";
+        if (b.limits.has_low &&
+            tally_amount_format(b.limits.low_minor, b.minor_digits, low, sizeof low) != TALLY_OK)
+            low[0] = '\0';
+        if (tally_amount_format(b.limits.stop_at_minor, b.minor_digits, stop, sizeof stop) ||
+            tally_amount_format(b.balance_minor, b.minor_digits, bal, sizeof bal))
+            stop[0] = bal[0] = '\0';
+        printf("; low balance %s, stop at %s, release after %llds; balance %s (%s)", low, stop,
+               (long long)b.limits.release_after_s, bal, tally_balance_state_name(b.state));
+    }
+    printf("\n");
+}
 
 int cmd_account(cli_ctx *ctx, int argc, char **argv)
 {
     if (cli_wants_help(ctx, argc, argv))
         return CLI_OK;
     const char *currency = NULL, *tz = NULL, *name = NULL;
-    const cli_opt opts[] = {
-        {"currency", &currency, NULL}, {"timezone", &tz, NULL}, {"name", &name, NULL}, {0}};
+    limit_args x = {0};
+    const cli_opt opts[] = {{"currency", &currency, NULL},
+                            {"timezone", &tz, NULL},
+                            {"name", &name, NULL},
+                            {"low-balance", &x.low, NULL},
+                            {"stop-at", &x.stop, NULL},
+                            {"release-after", &x.release, NULL},
+                            {0}};
     char *pos[2];
     int npos = 0;
     int rc = cli_parse(ctx, argc, argv, opts, pos, 2, &npos);
@@ -26,20 +101,26 @@ int cmd_account(cli_ctx *ctx, int argc, char **argv)
     rc = cli_open_ledger(ctx, &l);
     if (rc)
         return rc;
-    tally_err e = tally_ledger_account_set(l, pos[1], currency, tz, name);
+    bool limits = x.low || x.stop || x.release;
+    tally_err e = TALLY_OK;
     tally_account a;
+    if (currency || tz || name || !limits)
+        e = tally_ledger_account_set(l, pos[1], currency, tz, name);
     if (e == TALLY_OK)
         e = tally_ledger_account_get(l, pos[1], &a);
-    if (e == TALLY_OK)
-        printf("account %s: currency %s, time zone %s%s%s\n", a.id, a.currency, a.timezone,
-               a.name[0] ? ", name " : "", a.name);
+    if (e == TALLY_OK && limits)
+        rc = set_limits(ctx, l, &a, &x);
+    if (e == TALLY_OK && rc == CLI_OK)
+        print_account(l, &a);
+    else if (e == TALLY_NOT_FOUND)
+        rc = cli_error_for(ctx, e, "unknown account '%s'", pos[1]);
     else if (e == TALLY_UNKNOWN_CURRENCY)
         rc = cli_error_for(ctx, e, "unknown currency '%s'", currency ? currency : "");
     else if (e == TALLY_INVAL)
         rc = cli_error_for(ctx, e, "unknown time zone '%s'", tz ? tz : "");
     else if (e == TALLY_FINALIZED)
         rc = cli_error_for(ctx, e, "%s", tally_ledger_errmsg(l));
-    else
+    else if (e != TALLY_OK)
         rc = cli_error_for(ctx, e, "%s: %s", tally_err_str(e), tally_ledger_errmsg(l));
     tally_ledger_close(l);
     return rc;

@@ -10,8 +10,10 @@ const cli_command cli_commands[] = {
     {"demo", "[--out DIR] [--emit-ndjson]",
      "run the main job on embedded defaults: broker, fixture stream, meter, invoices", cmd_demo},
     {"init", "", "create the ledger and load the fixture rate card", cmd_init},
-    {"account", "set ACCOUNT [--currency C] [--timezone TZ] [--name TEXT]",
-     "create or update an account", cmd_account},
+    {"account",
+     "set ACCOUNT [--currency C] [--timezone TZ] [--name TEXT] [--low-balance AMOUNT|none] "
+     "[--stop-at AMOUNT] [--release-after DURATION]",
+     "create or update an account and its spend-control limits", cmd_account},
     {"ratecard", "load FILE", "load a rate card", cmd_ratecard},
     {"spot", "set SKU PRICE --from TIME", "add a spot price point", cmd_spot},
     {"commit", "add ACCOUNT --sku S --cards N --from T --to T", "add a long-term commitment",
@@ -20,6 +22,10 @@ const cli_command cli_commands[] = {
      "grant ACCOUNT AMOUNT --kind K [--currency C] [--priority N] [--effective T] "
      "[--expires T] [--scope EXPR]",
      "grant a credit; prints its id", cmd_credit},
+    {"balance", "ACCOUNT | --sweep",
+     "an account's prepaid balance (JSON); --sweep: refresh the balances due", cmd_balance},
+    {"admission", "ACCOUNT --sku S --cards N --hours H [--pricing P]",
+     "whether the balance pays for that usage (exit 0) or not (exit 3)", cmd_admission},
     {"ingest", "FILE|-", "ingest NDJSON usage events", cmd_ingest},
     {"broker", "[--port P] [--topic T] [--partitions N]",
      "run the embedded Kafka-protocol broker in the foreground", cmd_broker},

@@ -99,6 +99,34 @@ int cli_parse_int(const cli_ctx *ctx, const char *what, const char *s, int64_t m
     return CLI_OK;
 }
 
+int cli_parse_duration(const cli_ctx *ctx, const char *what, const char *s, int64_t max_s,
+                       int64_t *out)
+{
+    size_t n = strlen(s);
+    int64_t unit = 1;
+    char num[32];
+    if (n > 0 && strchr("smhd", s[n - 1])) {
+        unit = s[n - 1] == 'm' ? 60 : s[n - 1] == 'h' ? 3600 : s[n - 1] == 'd' ? 86400 : 1;
+        n--;
+    }
+    bool digits = n > 0 && n < sizeof num;
+    for (size_t i = 0; digits && i < n; i++)
+        digits = s[i] >= '0' && s[i] <= '9';
+    if (digits) {
+        memcpy(num, s, n);
+        num[n] = '\0';
+        long long v = strtoll(num, NULL, 10);
+        if (n <= 12 && v <= max_s / unit) {
+            *out = v * unit;
+            return CLI_OK;
+        }
+    }
+    return cli_error(ctx, CLI_USAGE,
+                     "%s: '%s' is not a duration (seconds, or a number with s, m, h or d) "
+                     "of at most %lld s",
+                     what, s, (long long)max_s);
+}
+
 int cli_read_file(const cli_ctx *ctx, const char *path, char **data, size_t *len)
 {
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");

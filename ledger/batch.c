@@ -81,6 +81,8 @@ void tally_batch_destroy(tally_batch *b)
         sqlite3_finalize(b->st[i]);
     agg_free(b);
     idx_table_free(&b->known_accounts);
+    idx_table_free(&b->touch_index);
+    free(b->touched);
     free(b->account_names);
     free(b->items);
     free(b->arena);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ledger_int.h"
+#include "tally/log.h"
 #include "tally/sign.h"
 
 /* ---- Offsets ---------------------------------------------------------------- */
@@ -172,6 +173,107 @@ static tally_err ensure_account(tally_batch *b, const char *account)
     return TALLY_OK;
 }
 
+/* ---- Balances of the accounts a commit touched ------------------------------ */
+
+typedef struct touch_probe {
+    const tally_batch *b;
+    const char *account;
+} touch_probe;
+
+static bool touch_eq(const void *ctx, uint32_t idx)
+{
+    const touch_probe *p = ctx;
+    return strcmp(p->b->touched[idx].account, p->account) == 0;
+}
+
+/* Rebuilds the index at twice the size when it is half full. */
+static tally_err touch_grow(tally_batch *b)
+{
+    if (b->touch_index.slots && (b->n_touched + 1) * 2 <= b->touch_index.mask + 1)
+        return TALLY_OK;
+    tally_err e = idx_table_reserve(&b->touch_index, (b->n_touched + 1) * 2);
+    for (size_t i = 0; e == TALLY_OK && i < b->n_touched; i++) {
+        uint64_t h[2];
+        tally_hash128(b->touched[i].account, strlen(b->touched[i].account), 2, h);
+        idx_table_insert(&b->touch_index, h[0], (uint32_t)i);
+    }
+    return e;
+}
+
+/* Remembers that ev's account got new usage, and when. */
+static tally_err touch(tally_batch *b, const tally_event *ev)
+{
+    if (b->l->no_balances)
+        return TALLY_OK;
+    uint64_t h[2];
+    touch_probe p = {b, ev->account};
+    int64_t lo = ev->time_s, hi = ev->time_s + (ev->seconds > 0 ? ev->seconds - 1 : 0);
+    tally_hash128(ev->account, strlen(ev->account), 2, h);
+    int64_t i = b->touch_index.slots ? idx_table_find(&b->touch_index, h[0], touch_eq, &p) : -1;
+    if (i >= 0) {
+        batch_touch *t = &b->touched[i];
+        t->lo_s = lo < t->lo_s ? lo : t->lo_s;
+        t->hi_s = hi > t->hi_s ? hi : t->hi_s;
+        return TALLY_OK;
+    }
+    if (b->n_touched == b->cap_touched) {
+        size_t nc = b->cap_touched ? b->cap_touched * 2 : 64;
+        batch_touch *v = realloc(b->touched, nc * sizeof *v);
+        if (!v)
+            return TALLY_NOMEM;
+        b->touched = v;
+        b->cap_touched = nc;
+    }
+    tally_err e = touch_grow(b);
+    if (e != TALLY_OK)
+        return e;
+    batch_touch *t = &b->touched[b->n_touched];
+    snprintf(t->account, sizeof t->account, "%s", ev->account);
+    t->lo_s = lo;
+    t->hi_s = hi;
+    idx_table_insert(&b->touch_index, h[0], (uint32_t)b->n_touched++);
+    return TALLY_OK;
+}
+
+/* One account's refresh under a savepoint: an account that cannot be rated
+ * (a price missing since) keeps its previous balance and is logged; the
+ * batch, and every other account in it, goes on. */
+static tally_err refresh_one(tally_batch *b, bal_engine *eng, const batch_touch *t)
+{
+    sqlite3 *db = b->l->db;
+    int rc = sqlite3_exec(db, "SAVEPOINT balance", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return ledger_sqlite_err(b->l, rc);
+    tally_err e = bal_refresh(eng, t->account, t->lo_s, t->hi_s, "usage");
+    if (e != TALLY_OK && !tally_err_is_fatal(e) && e != TALLY_NOMEM && e != TALLY_IO) {
+        tally_log(TALLY_LOG_WARNING, "ledger", "balance of %s not refreshed: %s (%s)", t->account,
+                  tally_err_str(e), b->l->errmsg);
+        rc = sqlite3_exec(db, "ROLLBACK TO balance", NULL, NULL, NULL);
+        e = rc == SQLITE_OK ? TALLY_OK : ledger_sqlite_err(b->l, rc);
+    }
+    rc = sqlite3_exec(db, "RELEASE balance", NULL, NULL, NULL);
+    return e != TALLY_OK ? e : rc == SQLITE_OK ? TALLY_OK : ledger_sqlite_err(b->l, rc);
+}
+
+static tally_err refresh_touched(tally_batch *b)
+{
+    if (b->n_touched == 0)
+        return TALLY_OK;
+    bal_engine *eng = NULL; /* per commit: prices may change between commits */
+    tally_err e = bal_engine_create(b->l, &eng);
+    for (size_t i = 0; e == TALLY_OK && i < b->n_touched; i++)
+        e = refresh_one(b, eng, &b->touched[i]);
+    bal_engine_destroy(eng);
+    return e;
+}
+
+static void touch_reset(tally_batch *b)
+{
+    b->n_touched = 0;
+    if (b->touch_index.slots)
+        idx_table_clear(&b->touch_index);
+}
+
 /* ---- Items ------------------------------------------------------------------- */
 
 typedef struct commit_ctx {
@@ -195,6 +297,8 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
         e = agg_point(b, ev);
     if (e == TALLY_OK)
         ledger_chain_count(b, ev);
+    if (e == TALLY_OK)
+        e = touch(b, ev);
     if (e != TALLY_OVERFLOW)
         return e;
     /* Ten maximal traffic events in one second do not fit: quarantined,
@@ -288,6 +392,8 @@ static tally_err commit_body(tally_batch *b, commit_ctx *c, tally_event_result *
     if (e == TALLY_OK)
         e = agg_flush(b);
     if (e == TALLY_OK)
+        e = refresh_touched(b);
+    if (e == TALLY_OK)
         e = bump_counters(b);
     if (e == TALLY_OK)
         e = ledger_chain_batch(b);
@@ -313,6 +419,7 @@ static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *
     memset(b->chain_events, 0, sizeof b->chain_events);
     memset(b->chain_qty, 0, sizeof b->chain_qty);
     b->now_s = tally_now_s();
+    touch_reset(b);
     tally_err e = ledger_begin(b->l);
     if (e == TALLY_OK) {
         e = commit_body(b, c, results);

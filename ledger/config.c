@@ -263,6 +263,8 @@ tally_err tally_ledger_account_set(tally_ledger *l, const char *id, const char *
         e = account_merge(l, &a, found, currency, timezone, name);
     if (e == TALLY_OK)
         e = account_write(l, &a, found);
+    if (e == TALLY_OK && found && timezone) /* the periods are the time zone's */
+        e = ledger_balance_rezone(l, id);
     return finish(l, e);
 }
 
@@ -323,7 +325,14 @@ tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku, int64_t price_
     sqlite3_bind_int64(st, 2, from_s);
     sqlite3_bind_int64(st, 3, price_nano);
     sqlite3_bind_int64(st, 4, tally_now_s());
-    return step_done(l, st);
+    if ((e = ledger_begin(l)) != TALLY_OK) {
+        sqlite3_finalize(st);
+        return e;
+    }
+    e = step_done(l, st);
+    if (e == TALLY_OK) /* every running charge on spot may change */
+        e = ledger_balance_refresh_all(l, "price");
+    return finish(l, e);
 }
 
 /* Every card in force during [from_s, to_s) must have a reserved price. */
@@ -386,6 +395,8 @@ tally_err tally_ledger_commit_add(tally_ledger *l, const char *account, const ch
         e = account_ensure(l, account, NULL);
     if (e == TALLY_OK)
         e = insert_commitment(l, account, sku, cards, from_s, to_s, id_out);
+    if (e == TALLY_OK)
+        e = ledger_balance_refresh(l, account, "commitment");
     return finish(l, e);
 }
 
@@ -489,6 +500,8 @@ tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g, int
         e = ledger_grant_insert(l, g, a.currency, &id);
     if (e == TALLY_OK)
         e = post_grant(l, g, a.currency, id);
+    if (e == TALLY_OK)
+        e = ledger_balance_refresh(l, g->account, "grant");
     e = finish(l, e);
     if (e == TALLY_OK && id_out)
         *id_out = id;

@@ -8,10 +8,12 @@
  * of the account's time zone is rated on its own, one group per (day,
  * meter), and lists days in order.
  *
- * Balance: every grant with what is left of it (the credit balance of
+ * Balance: the account's prepaid balance as the ledger keeps it
+ * (include/tally/balance.h: running charges, credits available, balance,
+ * state, runway), every grant with what is left of it (the credit balance of
  * grant:<id>), the credits still usable (grants not expired now), and the
  * month to date: the live finalized invoice of the current period if there
- * is one, otherwise the period rated as a draft (with pending adjustments). */
+ * is one, otherwise its running charges. All lookups: nothing is rated. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,53 +244,41 @@ static tally_err grants_json(tally_ledger *l, const tally_account *a, int digits
     return e ? e : inv_json_money(out, left, digits);
 }
 
-/* The current period's totals: its live invoice, or a draft rating. */
+/* The current period's totals: its live invoice, or its running charges
+ * (include/tally/balance.h): a lookup either way. */
 static tally_err month_to_date(tally_ledger *l, const tally_account *a, const char *period,
                                int64_t tot[3])
 {
-    inv_gatherer *g = NULL;
-    inv_input x = {0}, scratch = {0};
-    tally_line *extra = NULL;
-    size_t n_extra = 0, cap_extra = 0;
-    tally_rating_result res = {0};
-    char why[256];
-    int64_t start, end;
-    tally_err e = tally_period_bounds(period, a->timezone, &start, &end);
-    if (!e)
-        e = inv_gatherer_create(l, &g);
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(
+        l,
+        "SELECT subtotal_minor, credits_minor, due_minor FROM running_periods "
+        "WHERE account = ?1 AND period = ?2 UNION ALL "
+        "SELECT i.subtotal_minor, i.credits_minor, i.amount_due_minor FROM invoices i "
+        "WHERE i.account = ?1 AND i.period = ?2 AND +i.doc_type = 'invoice' AND NOT EXISTS "
+        "(SELECT 1 FROM invoices c WHERE c.account = i.account AND c.period = i.period "
+        "AND +c.doc_type = 'credit_note' AND c.refers_to = i.id) LIMIT 1",
+        &st);
     if (e)
         return e;
-    sqlite3_stmt *st = inv_stmt(g, INV_Q_LIVE);
     sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, period, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW) {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
         for (int i = 0; i < 3; i++)
-            tot[i] = sqlite3_column_int64(st, 1 + i);
-        goto out_gatherer;
+            tot[i] = sqlite3_column_int64(st, i);
+        rc = SQLITE_DONE;
     }
-    e = inv_gather(g, a, start, end, true, &x);
-    if (!e)
-        e = inv_adjustments(g, a, period, &scratch, &extra, &n_extra, &cap_extra, why, sizeof why);
-    x.in.extra_lines = extra;
-    x.in.n_extra_lines = n_extra;
-    if (!e)
-        e = tally_rate_period(&x.in, &res, why, sizeof why);
-    tot[0] = res.subtotal_minor;
-    tot[1] = res.total_credits_minor;
-    tot[2] = res.amount_due_minor;
-    tally_rating_result_release(&res);
-    free(extra);
-    inv_input_release(&x);
-    inv_input_release(&scratch);
-out_gatherer:
-    inv_gatherer_destroy(g);
-    return e;
+    return ledger_finish(l, st, rc);
 }
 
 tally_err tally_balance_report(tally_ledger *l, const char *account, tally_buf *out)
 {
     tally_account a;
-    tally_err e = tally_ledger_account_get(l, account, &a);
+    tally_balance bal;
+    tally_err e = tally_balance_get(l, account, &bal);
+    if (!e)
+        e = tally_ledger_account_get(l, account, &a);
     if (e)
         return e;
     const tally_currency *c = tally_currency_find(a.currency);
@@ -299,13 +289,12 @@ tally_err tally_balance_report(tally_ledger *l, const char *account, tally_buf *
     size_t start = out->len;
     e = tally_period_of(a.timezone, now, period, sizeof period);
     if (!e)
-        e = tally_buf_puts(out, "{\"account\":");
-    if (!e)
-        e = tally_buf_json_str(out, a.id);
-    if (!e)
-        e = tally_buf_printf(out, ",\"currency\":\"%s\"", a.currency);
-    if (!e)
+        e = tally_balance_json(&bal, out);
+    if (!e) { /* reopen the object: the grants and this month follow */
+        out->len--;
+        out->data[out->len] = '\0';
         e = grants_json(l, &a, c->minor_digits, now, out);
+    }
     if (!e)
         e = month_to_date(l, &a, period, tot);
     if (!e)

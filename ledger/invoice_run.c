@@ -38,6 +38,7 @@ typedef struct run {
     tally_ledger *l;
     const tally_invoice_run_opts *o;
     inv_gatherer *g;
+    bal_engine *bal; /* refreshes balances after a finalize (include/tally/balance.h) */
     inv_input in, scratch;
     tally_line *extra;
     size_t n_extra, cap_extra;
@@ -315,6 +316,12 @@ static tally_err run_account(run *r, const tally_account *a)
         s.credit_issued_minor = res.credit_issued_minor;
         e = r->o->finalize ? finalize(r, a, &res, usage_seq, &s) : save_draft(r, a, &res, &s);
     }
+    if (!e && !live && !skip && r->o->finalize && !r->l->no_balances) {
+        if (!r->bal) /* the period leaves the running charges */
+            e = bal_engine_create(r->l, &r->bal);
+        if (!e)
+            e = bal_refresh(r->bal, a->id, 1, 0, "invoice");
+    }
     tally_rating_result_release(&res);
     r->tx_accounts++;
     if (!e && (r->o->finalize || r->tx_accounts >= DRAFT_BATCH))
@@ -485,6 +492,7 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
     if (!e)
         e = run_all(&r);
     inv_gatherer_destroy(r.g);
+    bal_engine_destroy(r.bal);
     inv_input_release(&r.in);
     inv_input_release(&r.scratch);
     free(r.extra);

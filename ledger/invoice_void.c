@@ -338,6 +338,8 @@ tally_err tally_invoice_void(tally_ledger *l, const char *id, const char *reason
         e = check_credit_unspent(l, &v);
     if (!e)
         e = issue(l, &v, reason, key_path, cn_id, cap);
+    if (!e) /* the period is open again: its charges are running charges */
+        e = ledger_balance_refresh_span(l, v.account, v.start_s, v.end_s - 1, "void");
     if (!e)
         e = ledger_commit(l);
     else

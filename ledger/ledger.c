@@ -294,6 +294,10 @@ tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why, siz
         tally_ledger_close(l);
         return e;
     }
+    /* Balances are kept unless the operator turns them off (README,
+     * "Prepaid balances"; bench/kafka.sh measures the cost). */
+    const char *nb = getenv("TALLY_NO_BALANCES");
+    l->no_balances = nb && strcmp(nb, "1") == 0;
     *out = l;
     return TALLY_OK;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "tally/balance.h"
 #include "tally/document.h"
 #include "tally/err.h"
 #include "tally/invoice.h"
@@ -33,6 +34,9 @@ struct tally_ledger {
     struct ledger_shards *shards;
     /* The chain's cached statements (chain.c), owned by the SQL function. */
     struct chain_conn *chain;
+    /* A shard of a ledger directory (shard_write.c): it holds no grants, so
+     * its writes refresh no balances (include/tally/balance.h). */
+    bool no_balances;
 };
 
 /* The rate cards, sorted by effective_from_s; valid until the next call that
@@ -120,6 +124,46 @@ tally_err ledger_outbox_invoice_finalized(tally_ledger *l, const char *invoice_i
                                           const char *account, const char *doc, size_t len);
 tally_err ledger_outbox_invoice_voided(tally_ledger *l, const char *invoice_id, const char *cn_id,
                                        const char *account, const char *cn_doc, size_t len);
+
+/* ======== prepaid balances (balance*.c) ======== */
+
+/* Working memory for refreshing balances (a batch keeps one per commit). */
+typedef struct bal_engine bal_engine;
+/* Errors: those of inv_gatherer_create. */
+tally_err bal_engine_create(tally_ledger *l, bal_engine **out);
+void bal_engine_destroy(bal_engine *b);
+
+/* Recomputes the account's running charges, credits, balance and state
+ * inside the caller's transaction and writes the events of the state change
+ * to the outbox (include/tally/balance.h). [lo_s, hi_s] is the span of usage
+ * the caller just wrote (lo_s > hi_s: none); cause names the write ("usage",
+ * "grant", "limits", "price", "invoice", "void", "clock").
+ * Errors: TALLY_NOT_FOUND, TALLY_NO_PRICE, TALLY_OVERFLOW, TALLY_NOMEM,
+ * TALLY_DB. */
+tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
+                      const char *cause);
+
+/* bal_refresh with an engine of its own, for writes that touch one account;
+ * a no-op on a shard. */
+tally_err ledger_balance_refresh(tally_ledger *l, const char *account, const char *cause);
+
+/* The same for a write of the account's usage or invoices over [lo_s, hi_s]
+ * (a voided period comes back into the running charges). */
+tally_err ledger_balance_refresh_span(tally_ledger *l, const char *account, int64_t lo_s,
+                                      int64_t hi_s, const char *cause);
+/* After the account's time zone changed: its periods are found again. */
+tally_err ledger_balance_rezone(tally_ledger *l, const char *account);
+
+/* Refreshes every account that has a balance, in the caller's transaction
+ * (a spot price or rate card changes them all). A no-op on a shard. */
+tally_err ledger_balance_refresh_all(tally_ledger *l, const char *cause);
+
+/* Whether spend control applies to the account: it has a grant (not an
+ * adjustment) or limits of its own. Errors: TALLY_DB. */
+tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes);
+
+/* The account's limits (defaults when none are stored). Errors: TALLY_DB. */
+tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out);
 
 /* ======== the lock file of a shard (shard_lock.c) ======== */
 
@@ -275,10 +319,20 @@ struct tally_batch {
      * per-second sum that would overflow: agg_point then reads each second's
      * stored qty, so the one event that does not fit is quarantined. */
     bool careful;
+    /* Accounts this commit added usage to, with the span of that usage,
+     * whose balances it refreshes (balance.c). */
+    struct batch_touch *touched;
+    size_t n_touched, cap_touched;
+    idx_table touch_index;
     /* This commit's new usage per meter, for the ledger chain (chain.c). */
     int64_t chain_events[TALLY_METER_COUNT];
     __int128 chain_qty[TALLY_METER_COUNT];
 };
+
+typedef struct batch_touch {
+    char account[TALLY_NAME_MAX];
+    int64_t lo_s, hi_s; /* the first and last second of its new usage */
+} batch_touch;
 
 /* ---- Aggregation (batch_agg.c); called inside the commit's transaction ---- */
 

@@ -186,6 +186,8 @@ tally_err tally_ledger_ratecard_load(tally_ledger *l, const char *json, size_t l
         e = check_loaded(l, &card, why, cap);
     if (e == TALLY_OK) {
         e = insert_card(l, &card, json, len);
+        if (e == TALLY_OK) /* the new card prices running charges from its time on */
+            e = ledger_balance_refresh_all(l, "price");
         if (e == TALLY_OK)
             e = ledger_commit(l);
         else

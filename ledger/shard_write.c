@@ -299,6 +299,7 @@ static tally_err open_locked(tally_shard *sh, char *why, size_t cap)
         e = tally_ledger_open(path, &sh->l, why, cap);
     if (e)
         return e;
+    sh->l->no_balances = true; /* no grants here: main.db keeps the balances */
     snprintf(cache, sizeof cache, "PRAGMA cache_size=-%lld", (long long)shard_cache_kib());
     e = tally_ledger_exec(sh->l, cache);
     if (!e)

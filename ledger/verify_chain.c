@@ -47,6 +47,8 @@ static const chain_table tables[] = {
      "invoice credit with rowid"},
     {"outbox", "id, event_id, type, subject, payload, created_at", "'outbox event ' || t.event_id",
      "outbox row"},
+    {"account_limits", "account, low_balance_minor, stop_at_minor, release_after_s, updated_at",
+     "'limits of account ' || t.account", "account limits row"},
     {"offset_gaps",
      "id, topic, partition, from_offset, to_offset, kind, stored_next, log_start, log_end, "
      "created_at",

@@ -87,11 +87,13 @@ typedef enum tally_usage_by { TALLY_BY_SKU = 0, TALLY_BY_DAY, TALLY_BY_METER } t
 TALLY_MUST_CHECK tally_err tally_usage_report(tally_ledger *l, const char *account, int64_t from_s,
                                               int64_t to_s, tally_usage_by by, tally_buf *out);
 
-/* Appends the account's balance as JSON: credits left per grant and the
- * month-to-date charges: {"account","currency","grants":[{"grant_id","kind",
+/* Appends the account's balance as JSON: the fields of tally_balance_json
+ * (include/tally/balance.h), then credits left per grant and the
+ * month-to-date charges: {...,"grants":[{"grant_id","kind",
  * "amount","remaining","priority","effective_at","expires_at","scope"}],
  * "credits_remaining","month_to_date":{"period","subtotal","credits",
- * "amount_due"}}. Errors: TALLY_NOT_FOUND, TALLY_DB. */
+ * "amount_due"}}. Lookups only, unless the balance is due a refresh
+ * (tally_balance_get). Errors: TALLY_NOT_FOUND, TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_balance_report(tally_ledger *l, const char *account,
                                                 tally_buf *out);
 

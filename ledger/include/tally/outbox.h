@@ -37,6 +37,18 @@
  *                        issued_at>","credit_note":<the credit note's
  *                        canonical JSON, verbatim>}. time = voided_at.
  *
+ *   balance.low, balance.exhausted, balance.recovered, account.suspend,
+ *   account.resume, volume.release
+ *                       id "<type>:<account>:<n>" (n counts the account's
+ *                       balance events from 1); data is {"account",
+ *                       "currency","state","previous_state","balance",
+ *                       "running_charges","credits_available",
+ *                       "low_balance","stop_at","cause"}, plus
+ *                       "instances" [{"instance","sku"}] for
+ *                       account.suspend and "volumes" [{"volume","class"}]
+ *                       and "exhausted_since" for volume.release
+ *                       (include/tally/balance.h). time = when written.
+ *
  * A void writes creditnote.issued first, then invoice.voided, in the void's
  * transaction. An id names one event forever: a voided invoice's period is
  * billed again on a new, newly numbered invoice, so no id is ever reused.
@@ -58,6 +70,13 @@
 #define TALLY_EVENT_INVOICE_FINALIZED "invoice.finalized"
 #define TALLY_EVENT_INVOICE_VOIDED    "invoice.voided"
 #define TALLY_EVENT_CREDITNOTE_ISSUED "creditnote.issued"
+/* Prepaid balances (include/tally/balance.h, SPEC section 9). */
+#define TALLY_EVENT_BALANCE_LOW       "balance.low"
+#define TALLY_EVENT_BALANCE_EXHAUSTED "balance.exhausted"
+#define TALLY_EVENT_BALANCE_RECOVERED "balance.recovered"
+#define TALLY_EVENT_ACCOUNT_SUSPEND   "account.suspend"
+#define TALLY_EVENT_ACCOUNT_RESUME    "account.resume"
+#define TALLY_EVENT_VOLUME_RELEASE    "volume.release"
 
 /* One outbox row. Every pointer is borrowed and valid only during the
  * callback that receives it. */

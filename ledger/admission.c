@@ -1,0 +1,155 @@
+/* Admission: may an account start an instance it cannot pay for?
+ * (include/tally/balance.h, SPEC section 9). A platform asks before it
+ * starts an 8-card H100 for an hour; the answer uses the balance the ledger
+ * keeps and today's price, and writes nothing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger_int.h"
+#include "tally/balance.h"
+#include "tally/money.h"
+
+static tally_err refuse(char *why, size_t cap, const char *what, const char *sku)
+{
+    if (why && cap)
+        snprintf(why, cap, "%s%.63s%s", what, sku,
+                 what[0] == 'u' ? "\" (not on the rate card in force)"
+                                : " has no such pricing today");
+    return TALLY_INVAL;
+}
+
+static tally_err bad_range(char *why, size_t cap, const char *msg)
+{
+    if (why && cap)
+        snprintf(why, cap, "%s", msg);
+    return TALLY_INVAL;
+}
+
+/* The spot price in force now: the point with the greatest from <= now. */
+static tally_err spot_now(tally_ledger *l, const char *sku, int64_t now, int64_t *price,
+                          bool *found)
+{
+    tally_spot_point *pts = NULL;
+    int64_t *entered = NULL;
+    size_t n = 0;
+    int64_t best = INT64_MIN;
+    tally_err e = ledger_spot_points(l, &pts, &entered, &n);
+    for (size_t i = 0; !e && i < n; i++)
+        if (strcmp(pts[i].sku, sku) == 0 && pts[i].from_s <= now && pts[i].from_s >= best) {
+            best = pts[i].from_s;
+            *price = pts[i].price_nano;
+            *found = true;
+        }
+    free(pts);
+    free(entered);
+    return e;
+}
+
+/* Today's price per card-hour of sku at pricing. */
+static tally_err price_now(tally_ledger *l, const tally_admission_req *r, int64_t now,
+                           int64_t *price, char *why, size_t cap)
+{
+    const tally_ratecard *const *cards;
+    size_t n;
+    tally_err e = ledger_cards(l, &cards, &n);
+    if (e)
+        return e;
+    const tally_ratecard *card = tally_ratecard_at(cards, n, now);
+    const tally_sku_price *sp = card ? tally_ratecard_sku(card, r->sku) : NULL;
+    if (!sp)
+        return refuse(why, cap, "unknown SKU \"", r->sku);
+    bool found = false;
+    if (r->pricing == TALLY_PRICING_SPOT && sp->has_spot)
+        e = spot_now(l, r->sku, now, price, &found);
+    else if (r->pricing == TALLY_PRICING_RESERVED && sp->has_reserved)
+        found = true, *price = sp->reserved_nano;
+    else if (r->pricing == TALLY_PRICING_ON_DEMAND && sp->has_on_demand)
+        found = true, *price = sp->on_demand_nano;
+    if (!e && !found)
+        return refuse(why, cap, "SKU ", r->sku); /* the caller names the pricing */
+    return e;
+}
+
+tally_err tally_admission_check(tally_ledger *l, const tally_admission_req *r, tally_admission *out,
+                                char *why, size_t cap)
+{
+    memset(out, 0, sizeof *out);
+    out->pricing = r->pricing == TALLY_PRICING_NONE ? TALLY_PRICING_ON_DEMAND : r->pricing;
+    tally_admission_req q = *r;
+    q.pricing = out->pricing;
+    if (r->cards < 1 || r->cards > TALLY_CARDS_MAX)
+        return bad_range(why, cap, "cards must be 1 to 65536");
+    if (r->hours_nano <= 0 || r->hours_nano > TALLY_ADMISSION_HOURS_MAX * 1000000000LL)
+        return bad_range(why, cap, "hours must be more than 0 and at most 8784");
+    tally_balance b;
+    tally_err e = tally_balance_get(l, r->account, &b);
+    if (e)
+        return e;
+    int64_t now = tally_now_s();
+    e = price_now(l, &q, now, &out->unit_price_nano, why, cap);
+    if (e)
+        return e;
+    snprintf(out->currency, sizeof out->currency, "%s", b.currency);
+    out->minor_digits = b.minor_digits;
+    out->balance_minor = b.balance_minor;
+    out->stop_at_minor = b.limits.stop_at_minor;
+    /* cards x hours_nano/10^9 card-hours x price_nano/10^9 x 10^digits */
+    __int128 num = (__int128)r->cards * r->hours_nano * out->unit_price_nano;
+    for (int i = 0; i < b.minor_digits; i++)
+        num *= 10;
+    e = tally_money_div_round(num, (__int128)1000000000 * 1000000000, &out->cost_minor);
+    if (e)
+        return e;
+    bool controlled = false;
+    e = bal_under_control(l, r->account, &controlled);
+    if (e)
+        return e;
+    __int128 room = (__int128)b.balance_minor - b.limits.stop_at_minor;
+    out->allowed = !controlled || room >= out->cost_minor;
+    __int128 short_by = (__int128)out->cost_minor - room;
+    out->shortfall_minor = out->allowed ? 0 : short_by > INT64_MAX ? INT64_MAX : (int64_t)short_by;
+    return TALLY_OK;
+}
+
+static tally_err money(tally_buf *o, const char *key, int64_t v, int digits)
+{
+    tally_err e = tally_buf_printf(o, ",\"%s\":", key);
+    return e ? e : inv_json_money(o, v, digits);
+}
+
+tally_err tally_admission_json(const tally_admission_req *r, const tally_admission *a, tally_buf *o)
+{
+    char hours[48], price[48];
+    int d = a->minor_digits;
+    tally_err e = tally_price_format(r->hours_nano, 0, hours, sizeof hours);
+    if (!e)
+        e = tally_price_format(a->unit_price_nano, 2, price, sizeof price);
+    if (!e)
+        e = tally_buf_printf(o, "{\"allowed\":%s,\"account\":", a->allowed ? "true" : "false");
+    if (!e)
+        e = tally_buf_json_str(o, r->account);
+    if (!e)
+        e = tally_buf_printf(o, ",\"currency\":\"%s\",\"sku\":", a->currency);
+    if (!e)
+        e = tally_buf_json_str(o, r->sku);
+    if (!e)
+        e = tally_buf_printf(o,
+                             ",\"pricing\":\"%s\",\"cards\":%lld,\"hours\":\"%s\","
+                             "\"unit_price\":\"%s\"",
+                             tally_pricing_name(a->pricing), (long long)r->cards, hours, price);
+    if (!e)
+        e = money(o, "cost", a->cost_minor, d);
+    if (!e)
+        e = money(o, "balance", a->balance_minor, d);
+    if (!e)
+        e = money(o, "stop_at", a->stop_at_minor, d);
+    int64_t after = 0;
+    if (!e)
+        e = tally_money_sub(a->balance_minor, a->cost_minor, &after);
+    if (!e)
+        e = money(o, "balance_after", after, d);
+    if (!e && !a->allowed)
+        e = money(o, "shortfall", a->shortfall_minor, d);
+    return e ? e : tally_buf_puts(o, "}");
+}

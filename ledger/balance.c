@@ -1,0 +1,781 @@
+/* Refreshing one account's prepaid balance inside the caller's transaction
+ * (include/tally/balance.h, schemas/012_balance.sql).
+ *
+ * The running charges are what a draft `invoice run` of each period not yet
+ * finalized shows, computed by the same code: inv_gather, inv_adjustments
+ * and tally_rate_period. The periods are the ones running_periods already
+ * holds for the account, the ones the caller just wrote usage into, and the
+ * current period when usage arrived for a finalized one (its adjustment
+ * lines go on the next invoice). They are rated oldest first:
+ *   - adjustments for a finalized period are counted on the first open
+ *     period after it only (a draft of each later period would repeat them);
+ *   - credits are applied period after period, each period's draft seeing
+ *     what the earlier ones left of every grant.
+ * credits = what the account's unexpired grants hold, less what the drafts
+ * use of them; balance = credits - (running - covered).
+ *
+ * The burn rate is the rating of the TALLY_BALANCE_WINDOW_S seconds before
+ * the account's latest usage (event time, so a replayed stream gives the
+ * same answer), with its commitments and no credits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger_int.h"
+#include "tally/balance.h"
+#include "tally/money.h"
+#include "tally/outbox.h"
+
+#define BAL_PERIODS_MAX 64 /* open periods tracked per account */
+
+typedef struct bal_used {
+    int64_t grant_id, used_minor;
+} bal_used;
+
+typedef struct bal_period {
+    char period[8];
+    int64_t subtotal, credits, due;
+} bal_period;
+
+struct bal_engine {
+    tally_ledger *l;
+    inv_gatherer *g;
+    inv_input in, scratch;
+    tally_line *extra;
+    size_t n_extra, cap_extra;
+    bal_used *used;
+    size_t n_used, cap_used;
+    bal_period periods[BAL_PERIODS_MAX];
+    size_t n_periods;
+    tally_buf instances, volumes, doc;
+    char why[256];
+};
+
+/* What one refresh computes. */
+typedef struct bal_calc {
+    tally_account acct;
+    const tally_currency *ccy;
+    int64_t running, covered, credits, balance, burn;
+    int64_t last_usage_s;  /* 0: none */
+    int64_t next_expiry_s; /* INT64_MAX: none */
+} bal_calc;
+
+/* What is stored for the account. */
+typedef struct bal_stored {
+    bool found;
+    tally_balance_state state;
+    bool exhausted;
+    int64_t exhausted_since_s;
+    bool released;
+    int64_t event_seq;
+} bal_stored;
+
+const char *tally_balance_state_name(tally_balance_state s)
+{
+    static const char *const names[] = {"ok", "low", "exhausted"};
+    return s < TALLY_BALANCE_STATE_COUNT ? names[s] : "?";
+}
+
+tally_err bal_engine_create(tally_ledger *l, bal_engine **out)
+{
+    bal_engine *b = calloc(1, sizeof *b);
+    if (!b)
+        return TALLY_NOMEM;
+    b->l = l;
+    tally_buf_init(&b->instances, 0);
+    tally_buf_init(&b->volumes, 0);
+    tally_buf_init(&b->doc, 0);
+    tally_err e = inv_gatherer_create(l, &b->g);
+    if (e) {
+        bal_engine_destroy(b);
+        return e;
+    }
+    *out = b;
+    return TALLY_OK;
+}
+
+void bal_engine_destroy(bal_engine *b)
+{
+    if (!b)
+        return;
+    inv_gatherer_destroy(b->g);
+    inv_input_release(&b->in);
+    inv_input_release(&b->scratch);
+    free(b->extra);
+    free(b->used);
+    tally_buf_release(&b->instances);
+    tally_buf_release(&b->volumes);
+    tally_buf_release(&b->doc);
+    free(b);
+}
+
+/* ---- The periods to rate ---------------------------------------------------- */
+
+static void period_add(bal_engine *b, const char *p)
+{
+    for (size_t i = 0; i < b->n_periods; i++)
+        if (strcmp(b->periods[i].period, p) == 0)
+            return;
+    size_t i = b->n_periods;
+    if (i == BAL_PERIODS_MAX) { /* keep the newest: drop the oldest */
+        memmove(b->periods, b->periods + 1, (BAL_PERIODS_MAX - 1) * sizeof *b->periods);
+        i--;
+    } else {
+        b->n_periods++;
+    }
+    memset(&b->periods[i], 0, sizeof b->periods[i]);
+    snprintf(b->periods[i].period, sizeof b->periods[i].period, "%s", p);
+}
+
+static int period_cmp(const void *a, const void *b)
+{
+    return strcmp(((const bal_period *)a)->period, ((const bal_period *)b)->period);
+}
+
+static tally_err stored_periods(bal_engine *b, const char *account)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(
+        b->l, "SELECT period FROM running_periods WHERE account = ?1 ORDER BY period", &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        period_add(b, (const char *)sqlite3_column_text(st, 0));
+    return ledger_finish(b->l, st, rc);
+}
+
+/* The earliest and latest usage of a plain ledger's account, for an account
+ * refreshed for the first time (usage stored before migration 12). */
+static tally_err usage_span(bal_engine *b, const char *account, int64_t *lo, int64_t *hi)
+{
+    sqlite3_stmt *st;
+    tally_err e =
+        ledger_prepare(b->l,
+                       "SELECT min(lo), max(hi) FROM (SELECT min(start_s) lo, max(end_s) - 1 hi "
+                       "FROM usage_intervals WHERE account = ?1 UNION ALL "
+                       "SELECT min(t_s), max(t_s) FROM usage_points WHERE account = ?1)",
+                       &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        *lo = sqlite3_column_int64(st, 0);
+        *hi = sqlite3_column_int64(st, 1);
+        rc = SQLITE_DONE;
+    } else if (rc == SQLITE_ROW) {
+        rc = SQLITE_DONE;
+    }
+    return ledger_finish(b->l, st, rc);
+}
+
+/* Adds the periods of [lo, hi] in the account's time zone. */
+static tally_err span_periods(bal_engine *b, const tally_account *a, int64_t lo, int64_t hi)
+{
+    char p[8], last[8];
+    tally_err e = tally_period_of(a->timezone, lo, p, sizeof p);
+    if (!e)
+        e = tally_period_of(a->timezone, hi, last, sizeof last);
+    for (int n = 0; !e && n < BAL_PERIODS_MAX * 8; n++) {
+        period_add(b, p);
+        if (strcmp(p, last) >= 0)
+            break;
+        char next[8];
+        tally_period_step(p, 1, next, sizeof next);
+        memcpy(p, next, sizeof p);
+    }
+    return e;
+}
+
+static tally_err is_live(bal_engine *b, const char *account, const char *period, bool *live)
+{
+    sqlite3_stmt *st = inv_stmt(b->g, INV_Q_LIVE);
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, period, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    *live = rc == SQLITE_ROW;
+    tally_err e = rc == SQLITE_ROW || rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(b->l, rc);
+    sqlite3_reset(st);
+    return e;
+}
+
+/* ---- Rating the periods ------------------------------------------------------ */
+
+static int64_t *used_slot(bal_engine *b, int64_t grant_id)
+{
+    for (size_t i = 0; i < b->n_used; i++)
+        if (b->used[i].grant_id == grant_id)
+            return &b->used[i].used_minor;
+    if (b->n_used == b->cap_used) {
+        size_t nc = b->cap_used ? b->cap_used * 2 : 16;
+        bal_used *p = realloc(b->used, nc * sizeof *p);
+        if (!p)
+            return NULL;
+        b->used = p;
+        b->cap_used = nc;
+    }
+    b->used[b->n_used] = (bal_used){grant_id, 0};
+    return &b->used[b->n_used++].used_minor;
+}
+
+/* Drops adjustment lines for periods before `after` (an earlier open period
+ * counts them). */
+static void keep_adjustments_from(bal_engine *b, const char *after)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < b->n_extra; i++)
+        if (!after || strcmp(b->extra[i].original_period, after) >= 0)
+            b->extra[k++] = b->extra[i];
+    b->n_extra = k;
+}
+
+/* The latest usage time in the gathered input, inside [start, end). */
+static int64_t latest_usage(const inv_input *x)
+{
+    int64_t t = 0;
+    for (size_t i = 0; i < x->n_intervals; i++) {
+        int64_t end = x->intervals[i].end_s < x->end_s ? x->intervals[i].end_s : x->end_s;
+        if (x->intervals[i].start_s < x->end_s && end > t)
+            t = end;
+    }
+    for (size_t i = 0; i < x->n_points; i++)
+        if (x->points[i].t_s + 1 > t)
+            t = x->points[i].t_s + 1;
+    return t;
+}
+
+/* The accelerator instances with usage in [t - window, t), and the volumes
+ * with usage in the period, as JSON arrays. */
+static tally_err list_resources(bal_engine *b, const inv_input *x, int64_t t)
+{
+    tally_buf_reset(&b->instances);
+    tally_buf_reset(&b->volumes);
+    tally_err e = tally_buf_puts(&b->instances, "[");
+    if (!e)
+        e = tally_buf_puts(&b->volumes, "[");
+    for (size_t i = 0; !e && i < x->n_intervals; i++) {
+        const tally_interval *iv = &x->intervals[i];
+        bool accel = iv->meter == TALLY_METER_ACCELERATOR;
+        if (accel ? iv->end_s <= t - TALLY_BALANCE_WINDOW_S || iv->start_s >= t
+                  : iv->end_s <= x->start_s || iv->start_s >= x->end_s)
+            continue;
+        tally_buf *out = accel ? &b->instances : &b->volumes;
+        bool seen = false; /* an instance may have several rows: list it once */
+        for (size_t j = 0; j < i && !seen; j++) {
+            const tally_interval *o = &x->intervals[j];
+            seen = o->meter == iv->meter && strcmp(o->resource, iv->resource) == 0 &&
+                   (accel ? o->end_s > t - TALLY_BALANCE_WINDOW_S && o->start_s < t
+                          : o->end_s > x->start_s && o->start_s < x->end_s);
+        }
+        if (seen)
+            continue;
+        e = tally_buf_puts(out, out->len > 1 ? ",{" : "{");
+        if (!e)
+            e = tally_buf_puts(out, accel ? "\"instance\":" : "\"volume\":");
+        if (!e)
+            e = tally_buf_json_str(out, iv->resource);
+        if (!e)
+            e = tally_buf_puts(out, accel ? ",\"sku\":" : ",\"class\":");
+        if (!e)
+            e = tally_buf_json_str(out, iv->dim);
+        if (!e)
+            e = tally_buf_puts(out, "}");
+    }
+    if (!e)
+        e = tally_buf_puts(&b->instances, "]");
+    return e ? e : tally_buf_puts(&b->volumes, "]");
+}
+
+/* The charges of the window before the latest usage: commitments and usage,
+ * no credits, no adjustments. */
+static tally_err burn(bal_engine *b, int64_t t, int64_t *out)
+{
+    tally_rating_input in = b->in.in;
+    in.period_start_s = t - TALLY_BALANCE_WINDOW_S;
+    in.period_end_s = t;
+    in.grants = NULL;
+    in.n_grants = 0;
+    in.extra_lines = NULL;
+    in.n_extra_lines = 0;
+    tally_rating_result res = {0};
+    tally_err e = tally_rate_period(&in, &res, b->why, sizeof b->why);
+    *out = e ? 0 : res.subtotal_minor;
+    tally_rating_result_release(&res);
+    return e;
+}
+
+/* Rates one open period as a draft run would; *skip when there is nothing
+ * to bill in it. */
+static tally_err rate_period(bal_engine *b, bal_calc *c, bal_period *p, const char *prev_open,
+                             bool *skip)
+{
+    int64_t start, end;
+    tally_err e = tally_period_bounds(p->period, c->acct.timezone, &start, &end);
+    if (!e)
+        e = inv_gather(b->g, &c->acct, start, end, true, &b->in);
+    b->n_extra = 0;
+    if (!e)
+        e = inv_adjustments(b->g, &c->acct, p->period, &b->scratch, &b->extra, &b->n_extra,
+                            &b->cap_extra, b->why, sizeof b->why);
+    if (e)
+        return e;
+    keep_adjustments_from(b, prev_open);
+    *skip = b->in.n_in_window == 0 && b->in.n_commitments == 0 && b->n_extra == 0;
+    if (*skip)
+        return TALLY_OK;
+    for (size_t i = 0; i < b->in.n_grants; i++) { /* what earlier drafts left */
+        int64_t *u = used_slot(b, b->in.grants[i].id);
+        if (!u)
+            return TALLY_NOMEM;
+        b->in.grants[i].remaining_minor -= *u;
+        if (b->in.grants[i].remaining_minor < 0)
+            b->in.grants[i].remaining_minor = 0;
+    }
+    b->in.in.extra_lines = b->extra;
+    b->in.in.n_extra_lines = b->n_extra;
+    tally_rating_result res = {0};
+    e = tally_rate_period(&b->in.in, &res, b->why, sizeof b->why);
+    for (size_t i = 0; !e && i < res.n_credits; i++) {
+        int64_t *u = used_slot(b, res.credits[i].grant_id);
+        e = !u ? TALLY_NOMEM : tally_money_add(*u, res.credits[i].amount_minor, u);
+    }
+    if (!e) {
+        p->subtotal = res.subtotal_minor;
+        p->credits = res.total_credits_minor;
+        p->due = res.amount_due_minor;
+        e = tally_money_add(c->running, res.subtotal_minor, &c->running);
+    }
+    if (!e)
+        e = tally_money_add(c->covered, res.total_credits_minor, &c->covered);
+    tally_rating_result_release(&res);
+    int64_t t = latest_usage(&b->in);
+    if (!e && t > 0 && t >= c->last_usage_s) {
+        c->last_usage_s = t;
+        e = burn(b, t, &c->burn);
+        if (!e)
+            e = list_resources(b, &b->in, t);
+    }
+    return e;
+}
+
+/* Rates the open periods oldest first, dropping the ones finalized since
+ * (adding the current period in their place when they had late usage) and
+ * the ones with nothing to bill. */
+static tally_err rate_open(bal_engine *b, bal_calc *c, bool touched_live)
+{
+    char now_p[8];
+    tally_err e = tally_period_of(c->acct.timezone, tally_now_s(), now_p, sizeof now_p);
+    if (e)
+        return e;
+    for (size_t i = 0; i < b->n_periods; i++) {
+        bool live = false;
+        e = is_live(b, c->acct.id, b->periods[i].period, &live);
+        if (e)
+            return e;
+        if (live) {
+            touched_live = true;
+            b->periods[i].period[0] = '\0';
+        }
+    }
+    if (touched_live) /* its adjustments go on the next period not finalized */
+        for (int n = 0; n < 3; n++) {
+            bool live = false;
+            e = is_live(b, c->acct.id, now_p, &live);
+            if (e)
+                return e;
+            if (!live) {
+                period_add(b, now_p);
+                break;
+            }
+            char next[8];
+            tally_period_step(now_p, 1, next, sizeof next);
+            memcpy(now_p, next, sizeof now_p);
+        }
+    qsort(b->periods, b->n_periods, sizeof *b->periods, period_cmp);
+    const char *prev = NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < b->n_periods; i++) {
+        bal_period *p = &b->periods[i];
+        bool skip = true;
+        if (p->period[0])
+            e = rate_period(b, c, p, prev, &skip);
+        if (e)
+            return e;
+        if (!skip) {
+            b->periods[k++] = *p;
+            prev = b->periods[k - 1].period;
+        }
+    }
+    b->n_periods = k;
+    return TALLY_OK;
+}
+
+/* What the unexpired grants hold, less what the drafts use of them. */
+static tally_err credits_left(bal_engine *b, bal_calc *c)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(
+        b->l,
+        "SELECT g.id, g.expires_s, coalesce((SELECT x.credit_minor - x.debit_minor "
+        "FROM balances x WHERE x.ledger_acct = 'grant:' || g.id AND x.currency = g.currency), 0) "
+        "FROM grants g WHERE g.account = ?1 AND g.currency = ?2 "
+        "AND (g.expires_s IS NULL OR g.expires_s > ?3)",
+        &st);
+    if (e)
+        return e;
+    int64_t now = tally_now_s();
+    sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, c->acct.currency, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now);
+    int rc;
+    c->credits = 0;
+    c->next_expiry_s = INT64_MAX;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t left = sqlite3_column_int64(st, 2);
+        for (size_t i = 0; i < b->n_used; i++)
+            if (b->used[i].grant_id == sqlite3_column_int64(st, 0))
+                left -= b->used[i].used_minor;
+        if (left <= 0)
+            continue;
+        e = tally_money_add(c->credits, left, &c->credits);
+        if (sqlite3_column_type(st, 1) != SQLITE_NULL &&
+            sqlite3_column_int64(st, 1) < c->next_expiry_s)
+            c->next_expiry_s = sqlite3_column_int64(st, 1);
+    }
+    if (e) {
+        sqlite3_finalize(st);
+        return e;
+    }
+    return ledger_finish(b->l, st, rc);
+}
+
+/* ---- Limits, stored state, events ------------------------------------------- */
+
+tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out)
+{
+    *out = (tally_limits){.release_after_s = TALLY_BALANCE_RELEASE_DEFAULT};
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(l,
+                                 "SELECT low_balance_minor, stop_at_minor, release_after_s "
+                                 "FROM account_limits WHERE account = ?1",
+                                 &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        out->has_low = sqlite3_column_type(st, 0) != SQLITE_NULL;
+        out->low_minor = sqlite3_column_int64(st, 0);
+        out->stop_at_minor = sqlite3_column_int64(st, 1);
+        out->release_after_s = sqlite3_column_int64(st, 2);
+        rc = SQLITE_DONE;
+    }
+    return ledger_finish(l, st, rc);
+}
+
+static tally_err stored_state(bal_engine *b, const char *account, bal_stored *s)
+{
+    *s = (bal_stored){0};
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(b->l,
+                                 "SELECT state, exhausted_since_s, released, event_seq "
+                                 "FROM account_balances WHERE account = ?1",
+                                 &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        s->found = true;
+        s->state = strcmp(name, "exhausted") == 0 ? TALLY_BALANCE_EXHAUSTED
+                   : strcmp(name, "low") == 0     ? TALLY_BALANCE_LOW
+                                                  : TALLY_BALANCE_OK;
+        s->exhausted = sqlite3_column_type(st, 1) != SQLITE_NULL;
+        s->exhausted_since_s = sqlite3_column_int64(st, 1);
+        s->released = sqlite3_column_int(st, 2) != 0;
+        s->event_seq = sqlite3_column_int64(st, 3);
+        rc = SQLITE_DONE;
+    }
+    return ledger_finish(b->l, st, rc);
+}
+
+static tally_balance_state state_of(const tally_limits *lim, int64_t balance)
+{
+    if (balance <= lim->stop_at_minor)
+        return TALLY_BALANCE_EXHAUSTED;
+    if (lim->has_low && balance < lim->low_minor)
+        return TALLY_BALANCE_LOW;
+    return TALLY_BALANCE_OK;
+}
+
+typedef struct bal_event_ctx {
+    bal_engine *b;
+    const bal_calc *c;
+    const tally_limits *lim;
+    tally_balance_state from, to;
+    const char *cause;
+    bal_stored *s;
+} bal_event_ctx;
+
+static tally_err money_field(tally_buf *d, const char *key, int64_t v, int digits)
+{
+    tally_err e = tally_buf_printf(d, ",\"%s\":", key);
+    return e ? e : inv_json_money(d, v, digits);
+}
+
+/* One event of the account, in the refresh's transaction. */
+static tally_err emit(bal_event_ctx *x, const char *type)
+{
+    tally_buf *d = &x->b->doc;
+    int digits = x->c->ccy->minor_digits;
+    char id[160];
+    tally_buf_reset(d);
+    x->s->event_seq++;
+    tally_err e =
+        tally_fmt(id, sizeof id, "%s:%s:%lld", type, x->c->acct.id, (long long)x->s->event_seq);
+    if (!e)
+        e = tally_buf_puts(d, "{\"account\":");
+    if (!e)
+        e = tally_buf_json_str(d, x->c->acct.id);
+    if (!e)
+        e = tally_buf_printf(d, ",\"currency\":\"%s\",\"state\":\"%s\",\"previous_state\":\"%s\"",
+                             x->c->acct.currency, tally_balance_state_name(x->to),
+                             tally_balance_state_name(x->from));
+    if (!e)
+        e = money_field(d, "balance", x->c->balance, digits);
+    if (!e)
+        e = money_field(d, "running_charges", x->c->running, digits);
+    if (!e)
+        e = money_field(d, "credits_available", x->c->credits, digits);
+    if (!e)
+        e = x->lim->has_low ? money_field(d, "low_balance", x->lim->low_minor, digits)
+                            : tally_buf_puts(d, ",\"low_balance\":null");
+    if (!e)
+        e = money_field(d, "stop_at", x->lim->stop_at_minor, digits);
+    if (!e)
+        e = tally_buf_printf(d, ",\"cause\":\"%s\"", x->cause);
+    if (!e && strcmp(type, TALLY_EVENT_ACCOUNT_SUSPEND) == 0)
+        e = tally_buf_printf(d, ",\"instances\":%s", x->b->instances.data);
+    if (!e && strcmp(type, TALLY_EVENT_VOLUME_RELEASE) == 0) {
+        e = tally_buf_printf(d, ",\"volumes\":%s,\"exhausted_since\":", x->b->volumes.data);
+        if (!e)
+            e = inv_json_time(d, x->s->exhausted_since_s);
+    }
+    if (!e)
+        e = tally_buf_puts(d, "}");
+    return e ? e : ledger_outbox_add(x->b->l, type, x->c->acct.id, id, d->data, d->len);
+}
+
+/* The events of one state change, in the order the thresholds were crossed. */
+static tally_err transition(bal_event_ctx *x)
+{
+    tally_err e = TALLY_OK;
+    if (x->to > x->from) { /* down */
+        if (x->from == TALLY_BALANCE_OK && x->lim->has_low)
+            e = emit(x, TALLY_EVENT_BALANCE_LOW);
+        if (!e && x->to == TALLY_BALANCE_EXHAUSTED)
+            e = emit(x, TALLY_EVENT_BALANCE_EXHAUSTED);
+        if (!e && x->to == TALLY_BALANCE_EXHAUSTED)
+            e = emit(x, TALLY_EVENT_ACCOUNT_SUSPEND);
+    } else if (x->to < x->from) { /* up */
+        e = emit(x, TALLY_EVENT_BALANCE_RECOVERED);
+        if (!e && x->from == TALLY_BALANCE_EXHAUSTED)
+            e = emit(x, TALLY_EVENT_ACCOUNT_RESUME);
+    }
+    return e;
+}
+
+static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state state,
+                       const bal_stored *s, int64_t next_check)
+{
+    sqlite3_stmt *st = NULL;
+    tally_err e = ledger_prepare(
+        b->l,
+        "INSERT OR REPLACE INTO account_balances(account, currency, running_minor, "
+        "covered_minor, credits_minor, balance_minor, burn_minor, state, exhausted_since_s, "
+        "released, next_check_s, event_seq, updated_at) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, c->acct.currency, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, c->running);
+    sqlite3_bind_int64(st, 4, c->covered);
+    sqlite3_bind_int64(st, 5, c->credits);
+    sqlite3_bind_int64(st, 6, c->balance);
+    sqlite3_bind_int64(st, 7, c->burn);
+    sqlite3_bind_text(st, 8, tally_balance_state_name(state), -1, SQLITE_STATIC);
+    if (s->exhausted)
+        sqlite3_bind_int64(st, 9, s->exhausted_since_s);
+    sqlite3_bind_int(st, 10, s->released);
+    if (next_check != INT64_MAX)
+        sqlite3_bind_int64(st, 11, next_check);
+    sqlite3_bind_int64(st, 12, s->event_seq);
+    sqlite3_bind_int64(st, 13, tally_now_s());
+    e = ledger_finish(b->l, st, sqlite3_step(st));
+    if (!e)
+        e = ledger_prepare(b->l, "DELETE FROM running_periods WHERE account = ?1", &st);
+    if (!e) {
+        sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
+        e = ledger_finish(b->l, st, sqlite3_step(st));
+    }
+    if (!e)
+        e = ledger_prepare(b->l,
+                           "INSERT INTO running_periods(account, period, subtotal_minor, "
+                           "credits_minor, due_minor) VALUES (?1, ?2, ?3, ?4, ?5)",
+                           &st);
+    for (size_t i = 0; !e && i < b->n_periods; i++) {
+        sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, b->periods[i].period, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, b->periods[i].subtotal);
+        sqlite3_bind_int64(st, 4, b->periods[i].credits);
+        sqlite3_bind_int64(st, 5, b->periods[i].due);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE)
+            e = ledger_sqlite_err(b->l, rc);
+    }
+    if (st)
+        sqlite3_finalize(st);
+    return e;
+}
+
+/* Whether spend control applies: the account has a grant (a top-up, a
+ * voucher, a coupon) or limits of its own. An account with neither is
+ * billed in arrears: its balance is kept, its state stays ok and it is never
+ * suspended (README, "Prepaid balances"). */
+tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(
+        l,
+        "SELECT EXISTS (SELECT 1 FROM grants WHERE account = ?1 AND kind != 'adjustment') "
+        "OR EXISTS (SELECT 1 FROM account_limits WHERE account = ?1)",
+        &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *yes = sqlite3_column_int(st, 0) != 0;
+        rc = SQLITE_DONE;
+    }
+    return ledger_finish(l, st, rc);
+}
+
+/* The state change, the release grace and what is stored. */
+static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
+{
+    tally_limits lim;
+    bal_stored s;
+    tally_err e = bal_limits_get(b->l, c->acct.id, &lim);
+    if (!e)
+        e = stored_state(b, c->acct.id, &s);
+    if (e)
+        return e;
+    bool controlled = false;
+    e = bal_under_control(b->l, c->acct.id, &controlled);
+    if (e)
+        return e;
+    tally_balance_state to = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
+    bal_event_ctx x = {b, c, &lim, s.found ? s.state : TALLY_BALANCE_OK, to, cause, &s};
+    int64_t now = tally_now_s();
+    if (to == TALLY_BALANCE_EXHAUSTED && !s.exhausted) {
+        s.exhausted = true;
+        s.exhausted_since_s = now;
+        s.released = false;
+    } else if (to != TALLY_BALANCE_EXHAUSTED) {
+        s.exhausted = false;
+        s.released = false;
+    }
+    e = transition(&x);
+    int64_t next = c->next_expiry_s;
+    if (!e && s.exhausted && !s.released) {
+        int64_t due = s.exhausted_since_s + lim.release_after_s;
+        if (due <= now) {
+            x.from = x.to;
+            e = emit(&x, TALLY_EVENT_VOLUME_RELEASE);
+            s.released = true;
+        } else if (due < next) {
+            next = due;
+        }
+    }
+    return e ? e : store(b, c, to, &s, next);
+}
+
+tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
+                      const char *cause)
+{
+    bal_calc c = {.next_expiry_s = INT64_MAX};
+    b->n_periods = 0;
+    b->n_used = 0;
+    tally_buf_reset(&b->instances);
+    tally_buf_reset(&b->volumes);
+    tally_err e = tally_ledger_account_get(b->l, account, &c.acct);
+    if (e)
+        return e;
+    c.ccy = tally_currency_find(c.acct.currency);
+    if (!c.ccy)
+        return TALLY_UNKNOWN_CURRENCY;
+    bal_stored s = {0};
+    e = stored_periods(b, account);
+    if (!e)
+        e = stored_state(b, account, &s);
+    bool rescan = !s.found || strcmp(cause, "account") == 0;
+    if (!e && rescan && !b->l->shards) { /* first refresh, or a new time zone */
+        int64_t ulo = 1, uhi = 0;
+        e = usage_span(b, account, &ulo, &uhi);
+        if (!e && ulo <= uhi)
+            e = span_periods(b, &c.acct, ulo, uhi);
+    }
+    if (!e && lo_s <= hi_s)
+        e = span_periods(b, &c.acct, lo_s, hi_s);
+    if (!e)
+        e = rate_open(b, &c, false);
+    if (!e)
+        e = credits_left(b, &c);
+    if (!e)
+        e = tally_money_sub(c.covered, c.running, &c.balance); /* -(running - covered) */
+    if (!e)
+        e = tally_money_add(c.balance, c.credits, &c.balance);
+    if (!e && b->instances.len == 0)
+        e = tally_buf_puts(&b->instances, "[]");
+    if (!e && b->volumes.len == 0)
+        e = tally_buf_puts(&b->volumes, "[]");
+    return e ? e : settle(b, &c, cause);
+}
+
+tally_err ledger_balance_refresh(tally_ledger *l, const char *account, const char *cause)
+{
+    return ledger_balance_refresh_span(l, account, 1, 0, cause);
+}
+
+tally_err ledger_balance_rezone(tally_ledger *l, const char *account)
+{
+    if (l->no_balances)
+        return TALLY_OK;
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(l, "DELETE FROM running_periods WHERE account = ?1", &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    e = ledger_finish(l, st, sqlite3_step(st));
+    return e ? e : ledger_balance_refresh(l, account, "account");
+}
+
+tally_err ledger_balance_refresh_span(tally_ledger *l, const char *account, int64_t lo_s,
+                                      int64_t hi_s, const char *cause)
+{
+    if (l->no_balances)
+        return TALLY_OK;
+    bal_engine *b = NULL;
+    tally_err e = bal_engine_create(l, &b);
+    if (!e)
+        e = bal_refresh(b, account, lo_s, hi_s, cause);
+    bal_engine_destroy(b);
+    return e;
+}
