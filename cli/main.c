@@ -18,7 +18,7 @@ const cli_command cli_commands[] = {
      cmd_commit},
     {"credit",
      "grant ACCOUNT AMOUNT --kind K [--currency C] [--priority N] [--effective T] "
-     "[--expires T] [--scope EXPR]",
+     "[--expires T] [--scope EXPR] [--idempotency-key KEY]",
      "grant a credit; prints its id", cmd_credit},
     {"ingest", "FILE|-", "ingest NDJSON usage events", cmd_ingest},
     {"broker", "[--port P] [--topic T] [--partitions N]",
