@@ -61,7 +61,8 @@
  * Status codes: 400 malformed input, 401 missing/malformed/unknown/revoked
  * key (with WWW-Authenticate), 403 a route the key's role may not use, 404
  * unknown route or hidden/missing resource, 405 wrong method (with Allow),
- * 409 conflicting state (currency mismatch, SKU without spot pricing), 413
+ * 409 conflicting state (currency mismatch, SKU without spot pricing, an
+ * Idempotency-Key used for a different request), 413
  * body over 1 MiB or more than 1,000 events, 503 ledger busy or Kafka
  * delivery failed. Connections idle or slow for timeout_s are closed.
  *
