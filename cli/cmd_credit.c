@@ -1,5 +1,11 @@
 /* tally credit grant ACCOUNT AMOUNT --kind K [--currency C] [--priority N]
- *                    [--effective T] [--expires T] [--scope EXPR] */
+ *                    [--effective T] [--expires T] [--scope EXPR]
+ *                    [--idempotency-key KEY]
+ *
+ * With --idempotency-key, running the same grant again (a retried top-up)
+ * prints the first run's grant id and exits 0 without granting twice; the
+ * same key with a different grant exits 2 and stores nothing
+ * (tally_ledger_grant_add). */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,7 +14,7 @@
 #include "tally/rating.h"
 
 typedef struct grant_args {
-    const char *kind, *currency, *priority, *effective, *expires, *scope;
+    const char *kind, *currency, *priority, *effective, *expires, *scope, *key;
 } grant_args;
 
 /* Validates what can be checked before the ledger is opened. */
@@ -25,6 +31,14 @@ static int check_args(cli_ctx *ctx, const grant_args *a, tally_grant_spec *g)
     if (a->priority && (rc = cli_parse_int(ctx, "--priority", a->priority, 0, 1000000, &prio)))
         return rc;
     g->priority = (int)prio;
+    if (a->key && !tally_idempotency_key_ok(a->key))
+        return cli_error(ctx, CLI_USAGE,
+                         "--idempotency-key must be 1 to %d printable ASCII characters without "
+                         "spaces",
+                         TALLY_IDEMPOTENCY_KEY_MAX);
+    g->idempotency_key = a->key;
+    /* "now" is not part of the request: a retry later is the same grant. */
+    g->effective_defaulted = !a->effective;
     g->effective_s = tally_now_s();
     g->expires_s = TALLY_TIME_MAX;
     if (a->effective && (rc = cli_parse_time(ctx, "--effective", a->effective, &g->effective_s)))
@@ -64,13 +78,12 @@ int cmd_credit(cli_ctx *ctx, int argc, char **argv)
     if (cli_wants_help(ctx, argc, argv))
         return CLI_OK;
     grant_args a = {0};
-    const cli_opt opts[] = {{"kind", &a.kind, NULL},
-                            {"currency", &a.currency, NULL},
-                            {"priority", &a.priority, NULL},
-                            {"effective", &a.effective, NULL},
-                            {"expires", &a.expires, NULL},
-                            {"scope", &a.scope, NULL},
-                            {0}};
+    const cli_opt opts[] = {
+        {"kind", &a.kind, NULL},           {"currency", &a.currency, NULL},
+        {"priority", &a.priority, NULL},   {"effective", &a.effective, NULL},
+        {"expires", &a.expires, NULL},     {"scope", &a.scope, NULL},
+        {"idempotency-key", &a.key, NULL}, {0},
+    };
     char *pos[3];
     int npos = 0;
     int rc = cli_parse(ctx, argc, argv, opts, pos, 3, &npos);
@@ -102,6 +115,8 @@ int cmd_credit(cli_ctx *ctx, int argc, char **argv)
     char msg[256] = "";
     int64_t id = 0;
     tally_err e = tally_ledger_grant_add(l, &g, &id, msg, sizeof msg);
+    if (e == TALLY_EXISTS && g.idempotency_key)
+        e = TALLY_OK; /* a replay: the first run's grant, printed as it was */
     if (e == TALLY_OK && ctx->describe)
         printf("credit grant %lld: %s %s %s for %s%s%s\n", (long long)id, a.kind, code, pos[2],
                pos[1], a.expires ? ", expires " : "", a.expires ? a.expires : "");

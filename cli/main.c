@@ -20,7 +20,7 @@ const cli_command cli_commands[] = {
      cmd_commit},
     {"credit",
      "grant ACCOUNT AMOUNT --kind K [--currency C] [--priority N] [--effective T] "
-     "[--expires T] [--scope EXPR]",
+     "[--expires T] [--scope EXPR] [--idempotency-key KEY]",
      "grant a credit; prints its id", cmd_credit},
     {"balance", "ACCOUNT | --sweep",
      "an account's prepaid balance (JSON); --sweep: refresh the balances due", cmd_balance},

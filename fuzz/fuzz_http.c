@@ -161,7 +161,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *body = nl ? nl + 1 : "";
     size_t body_len = nl ? rest_len - target_len - 1 : 0;
     fuzz_parsers(target, body, body_len);
-    tally_http_request req = {methods[method], target, auth[who], body_len ? body : NULL, body_len};
+    tally_http_request req = {methods[method],        target,   auth[who],
+                              body_len ? body : NULL, body_len, NULL};
     answer a = {0, who == 2, target};
     tally_server_handle(server, &req, on_reply, &a);
     if (a.calls != 1)

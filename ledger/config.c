@@ -417,6 +417,11 @@ static tally_err check_grant(tally_ledger *l, const tally_grant_spec *g, char *w
         e = failf(l, TALLY_INVAL, "%s", "a grant must expire after it takes effect");
     else if (g->scope && tally_scope_parse(g->scope, &scope, &scope_why) != TALLY_OK)
         e = failf(l, TALLY_PARSE, "bad scope: %s", scope_why ? scope_why : "malformed");
+    else if (g->idempotency_key && !tally_idempotency_key_ok(g->idempotency_key))
+        e = failf(l, TALLY_INVAL,
+                  "an idempotency key is 1 to %d printable ASCII characters "
+                  "without spaces",
+                  TALLY_IDEMPOTENCY_KEY_MAX);
     if (e != TALLY_OK && why && cap)
         snprintf(why, cap, "%s", l->errmsg);
     return e;
@@ -480,12 +485,27 @@ static tally_err post_grant(tally_ledger *l, const tally_grant_spec *g, const ch
     return ledger_post(l, "grant", ref, currency, p, 2);
 }
 
+/* With an idempotency key: the request's fingerprint in hash, and whether
+ * the key was used before (TALLY_EXISTS, *id its grant; or
+ * TALLY_EXISTS_DIFFERENT). Without one: TALLY_OK. */
+static tally_err grant_key_check(tally_ledger *l, const tally_grant_spec *g, const char *currency,
+                                 char hash[65], int64_t *id)
+{
+    if (!g->idempotency_key)
+        return TALLY_OK;
+    tally_err e = ledger_idem_grant_hash(g, currency, hash);
+    if (e != TALLY_OK)
+        return e;
+    return ledger_idem_check(l, LEDGER_IDEM_GRANT, g->idempotency_key, hash, id);
+}
+
 tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g, int64_t *id_out,
                                  char *why, size_t cap)
 {
     tally_account a;
     bool found;
     int64_t id = 0;
+    char hash[65] = "";
     tally_err e = check_grant(l, g, why, cap);
     if (e != TALLY_OK || (e = ledger_begin(l)) != TALLY_OK)
         return e;
@@ -497,13 +517,18 @@ tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g, int
     if (e == TALLY_OK)
         e = check_grant_max(l, g, a.currency);
     if (e == TALLY_OK)
+        e = grant_key_check(l, g, a.currency, hash, &id);
+    if (e == TALLY_OK)
         e = ledger_grant_insert(l, g, a.currency, &id);
     if (e == TALLY_OK)
         e = post_grant(l, g, a.currency, id);
+    /* The key in the grant's own transaction: both are stored, or neither. */
+    if (e == TALLY_OK && g->idempotency_key)
+        e = ledger_idem_record(l, LEDGER_IDEM_GRANT, g->idempotency_key, hash, g->account, id);
     if (e == TALLY_OK)
         e = ledger_balance_refresh(l, g->account, "grant");
-    e = finish(l, e);
-    if (e == TALLY_OK && id_out)
+    e = finish(l, e); /* a replay (TALLY_EXISTS) rolls back: it writes nothing */
+    if ((e == TALLY_OK || e == TALLY_EXISTS) && id_out)
         *id_out = id;
     if (e != TALLY_OK && why && cap)
         snprintf(why, cap, "%s", l->errmsg);

@@ -671,6 +671,25 @@ tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d);
 tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account, const char *period,
                           const char *doc, size_t len, char *why, size_t cap);
 
+/* ---- Idempotency keys (idempotency.c) ------------------------------------ */
+
+/* The scope of credit grants' keys (idempotency_keys.scope). */
+#define LEDGER_IDEM_GRANT "credit.grant"
+
+/* The fingerprint of the request g for a grant in currency (see
+ * idempotency.c for its canonical form), lower-case hex. Errors: TALLY_NOMEM. */
+tally_err ledger_idem_grant_hash(const tally_grant_spec *g, const char *currency, char hex[65]);
+/* Looks key up in scope, in the caller's transaction: TALLY_OK when it is
+ * new (*id 0); TALLY_EXISTS when it was stored with this hash (*id: the
+ * grant it made); TALLY_EXISTS_DIFFERENT with another (l->errmsg says so).
+ * Errors: TALLY_DB. */
+tally_err ledger_idem_check(tally_ledger *l, const char *scope, const char *key,
+                            const char hash[65], int64_t *id);
+/* Stores key with hash and the grant id it made, in the caller's
+ * transaction. Errors: TALLY_DB (among them a key already stored). */
+tally_err ledger_idem_record(tally_ledger *l, const char *scope, const char *key,
+                             const char hash[65], const char *account, int64_t id);
+
 /* ---- The ledger's own chain (chain.c, verify_chain.c) -------------------- */
 
 /* Registers tally_canon(), tally_sha256(), tally_qty_sum() and

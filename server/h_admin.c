@@ -56,7 +56,11 @@ static bool grant_fields_read(srv_call *c, json_object *o, tally_grant_spec *g, 
 {
     int64_t prio = 50;
     const char *why = NULL;
+    json_object *effective = NULL;
     tally_scope scope;
+    /* "now" is not part of the request: a retry later is the same grant. */
+    g->effective_defaulted =
+        !json_object_object_get_ex(o, "effective_at", &effective) || !effective;
     g->effective_s = tally_now_s();
     g->expires_s = TALLY_TIME_MAX;
     g->scope = "";
@@ -100,13 +104,27 @@ static srv_outcome grant_answer(srv_call *c, const tally_grant_spec *g, int64_t 
     return e ? srv_fail_nomem(c) : srv_ok(c, 201, srv_type_json);
 }
 
+/* The Idempotency-Key header, if any, checked: false once answered 400. */
+static bool grant_key(srv_call *c, tally_grant_spec *g)
+{
+    const char *key = c->req->idempotency_key;
+    if (key && !tally_idempotency_key_ok(key)) {
+        srv_fail(c, 400, "bad_idempotency_key",
+                 "Idempotency-Key must be 1 to %d printable ASCII characters without spaces",
+                 TALLY_IDEMPOTENCY_KEY_MAX);
+        return false;
+    }
+    g->idempotency_key = key;
+    return true;
+}
+
 srv_outcome srv_h_credit_grant(srv_call *c)
 {
     json_object *o = NULL;
     tally_grant_spec g = {.account = c->params[0]};
     const char *kind = NULL, *amount = NULL, *why = NULL;
     const tally_currency *cur = NULL;
-    if (!srv_body_object(c, grant_fields, &o))
+    if (!grant_key(c, &g) || !srv_body_object(c, grant_fields, &o))
         return SRV_ANSWERED;
     if (!money_field(c, o, "amount", &amount) || !grant_fields_read(c, o, &g, &kind) ||
         !grant_currency(c, g.account, g.currency, &cur))
@@ -120,7 +138,12 @@ srv_outcome srv_h_credit_grant(srv_call *c)
     char msg[256] = "";
     int64_t id = 0;
     tally_err e = tally_ledger_grant_add(c->srv->ledger, &g, &id, msg, sizeof msg);
-    if (e != TALLY_OK && tally_err_is_input(e))
+    if (e == TALLY_EXISTS && g.idempotency_key) {
+        /* A replay: the fingerprint covers every field of the answer, so
+         * this is the first answer, byte for byte. */
+        grant_answer(c, &g, id, cur);
+        c->resp.replayed = c->resp.status == 201;
+    } else if (e != TALLY_OK && tally_err_is_input(e))
         srv_fail_why(c, e, msg);
     else if (e != TALLY_OK)
         srv_fail_err(c, e, "granting the credit");

@@ -131,6 +131,8 @@ static int check_header(srv_head *h, const char *l, size_t n)
     }
     if (name_is(l, nlen, "Authorization") && h->n_authorization++)
         return refuse(h, 400, "bad_request", "more than one Authorization header");
+    if (name_is(l, nlen, "Idempotency-Key") && h->n_idempotency_key++)
+        return refuse(h, 400, "bad_request", "more than one Idempotency-Key header");
     if (name_is(l, nlen, "Transfer-Encoding")) {
         if (h->chunked || vlen != 7 || strncasecmp(v, "chunked", 7) != 0)
             return refuse(h, 501, "not_implemented",

@@ -68,6 +68,8 @@ static void send_reply(void *arg, const tally_http_response *resp)
         snprintf(secs, sizeof secs, "%lld", (long long)resp->retry_after_s);
         evhttp_add_header(h, "Retry-After", secs);
     }
+    if (resp->replayed)
+        evhttp_add_header(h, "Idempotent-Replayed", "true");
     if (resp->status == 401)
         evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"tally\"");
     if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
@@ -94,12 +96,14 @@ static void on_request(struct evhttp_request *req, void *arg)
     tally_server *s = arg;
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
+    struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
     tally_http_request r = {
         .method = method_name(evhttp_request_get_command(req)),
         .uri = evhttp_request_get_uri(req),
-        .authorization = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"),
+        .authorization = evhttp_find_header(headers, "Authorization"),
         .body = len ? (const char *)evbuffer_pullup(in, -1) : NULL,
         .body_len = len,
+        .idempotency_key = evhttp_find_header(headers, "Idempotency-Key"),
     };
     if (len && !r.body) { /* could not make the body contiguous */
         tally_http_response oom = {.status = 503, .content_type = srv_type_json};

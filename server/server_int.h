@@ -135,11 +135,12 @@ typedef struct srv_head {
     bool close; /* the client wants the connection closed after the answer */
     uint64_t content_length;
     int n_authorization;
+    int n_idempotency_key;
 } srv_head;
 
 /* Checks a complete request head (request line, headers, blank line) of n
  * bytes: method, target, version, Content-Length, Transfer-Encoding and
- * repeated Authorization. Returns 0 or the status to refuse it with. */
+ * repeated Authorization or Idempotency-Key. Returns 0 or the status to refuse it with. */
 int srv_head_check(const char *p, size_t n, srv_head *h);
 /* Length of the head at p (through its blank line), or 0 if incomplete. */
 size_t srv_head_end(const char *p, size_t n);

@@ -41,6 +41,9 @@ static const char *const bad_commands[] = {
     "credit grant a1 92233720368547758.07 --kind goodwill", /* SPEC section 4: at most 10^9 */
     "credit grant a1 1000000000.01 --kind goodwill",
     "credit grant a1 1000000001 --kind goodwill --currency JPY",
+    "credit grant a1 10 --kind prepaid --idempotency-key ''",
+    "credit grant a1 10 --kind prepaid --idempotency-key 'two words'",
+    "credit grant a1 -5 --kind prepaid --idempotency-key k-1",
     "ratecard load /nonexistent.json",
     "ingest /nonexistent.ndjson",
     "invoice run --period 2026-13",

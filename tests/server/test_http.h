@@ -152,9 +152,12 @@ static inline void fx_stop(http_fixture *f)
 }
 
 /* One request with curl. auth is the whole Authorization value or NULL;
- * body (if not NULL) is sent as is. Returns the status. */
-static inline int http_req(const http_fixture *f, http_answer *a, const char *method,
-                           const char *path, const char *auth, const char *body, size_t body_len)
+ * header (if not NULL) is one more header line, e.g. "Idempotency-Key: k"
+ * (curl's -H syntax, no single quotes); body (if not NULL) is sent as is.
+ * Returns the status. */
+static inline int http_req_hdr(const http_fixture *f, http_answer *a, const char *method,
+                               const char *path, const char *auth, const char *header,
+                               const char *body, size_t body_len)
 {
     char body_path[700], hdr_path[700];
     snprintf(body_path, sizeof body_path, "%s/req.body", f->dir);
@@ -167,15 +170,17 @@ static inline int http_req(const http_fixture *f, http_answer *a, const char *me
     }
     tally_buf_init(&a->body, 0);
     tally_buf_init(&a->headers, 0);
-    char auth_opt[160] = "";
+    char auth_opt[160] = "", hdr_opt[1100] = "";
     if (auth)
         snprintf(auth_opt, sizeof auth_opt, "-H 'Authorization: %s'", auth);
+    if (header)
+        snprintf(hdr_opt, sizeof hdr_opt, "-H '%s'", header);
     tally_buf out;
     tally_buf_init(&out, 0);
     int rc = tu_sh(&out,
-                   "curl -sS --max-time 20 -X %s %s %s%s%s -H 'Content-Type: application/json' "
+                   "curl -sS --max-time 20 -X %s %s %s %s%s%s -H 'Content-Type: application/json' "
                    "-H 'Expect:' -D '%s' -w '\\n%%{http_code}' 'http://%s%s'",
-                   method, auth_opt, body ? "--data-binary '@" : "", body ? body_path : "",
+                   method, auth_opt, hdr_opt, body ? "--data-binary '@" : "", body ? body_path : "",
                    body ? "'" : "", hdr_path, f->addr, path);
     if (rc != 0)
         fail_msg("curl %s %s failed (exit %d)", method, path, rc);
@@ -186,6 +191,12 @@ static inline int http_req(const http_fixture *f, http_answer *a, const char *me
     tally_buf_release(&out);
     assert_int_equal(tu_read_file(hdr_path, &a->headers), 0);
     return a->status;
+}
+
+static inline int http_req(const http_fixture *f, http_answer *a, const char *method,
+                           const char *path, const char *auth, const char *body, size_t body_len)
+{
+    return http_req_hdr(f, a, method, path, auth, NULL, body, body_len);
 }
 
 static inline int http_get(const http_fixture *f, http_answer *a, const char *path,

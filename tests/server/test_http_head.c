@@ -63,6 +63,7 @@ static void test_refuses(void **state)
         {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
          501},
         {"GET / HTTP/1.1\r\nAuthorization: a\r\nauthorization: b\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nIdempotency-Key: a\r\nidempotency-key: a\r\n\r\n", 400},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         srv_head h;

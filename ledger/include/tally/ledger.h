@@ -87,11 +87,39 @@ typedef struct tally_grant_spec {
     int64_t effective_s;
     int64_t expires_s; /* TALLY_TIME_MAX: never */
     const char *scope; /* "" or NULL: everything */
+    /* The client's idempotency key (tally_idempotency_key_ok), or NULL. */
+    const char *idempotency_key;
+    /* effective_s is not the client's but "now", filled in because it gave
+     * none: left out of the request's fingerprint, so that a retry made
+     * later is still the same request. */
+    bool effective_defaulted;
 } tally_grant_spec;
+
+/* The longest idempotency key (bytes). */
+#define TALLY_IDEMPOTENCY_KEY_MAX 255
+
+/* Whether key is an acceptable idempotency key: 1 to
+ * TALLY_IDEMPOTENCY_KEY_MAX printable ASCII characters, no spaces (0x21 to
+ * 0x7e), e.g. a UUID. NULL is not. */
+bool tally_idempotency_key_ok(const char *key);
 
 /* Grants a credit; posts it (promotions:<kind> to grant:<id>). The account is
  * created if new. Errors: TALLY_INVAL, TALLY_PARSE (scope),
- * TALLY_CURRENCY_MISMATCH, TALLY_DB. */
+ * TALLY_CURRENCY_MISMATCH, TALLY_RANGE (over SPEC section 4's bound),
+ * TALLY_DB; nothing is stored on any error.
+ *
+ * With g->idempotency_key the grant, its postings and the key are stored in
+ * one transaction, and the key is remembered with a fingerprint (SHA-256)
+ * of the request: account, kind, amount_minor, the grant's currency (g's,
+ * else the account's), priority, effective_s (unless effective_defaulted),
+ * expires_s and scope. Keys are one space per ledger, across accounts. A
+ * key used before is answered without writing anything:
+ *   TALLY_EXISTS            same fingerprint: *id_out is the grant that the
+ *                           first request made (a replay);
+ *   TALLY_EXISTS_DIFFERENT  another fingerprint (another amount, account,
+ *                           ...): *id_out is untouched and why says so.
+ * A bad key is TALLY_INVAL. Requests refused with an error leave no key
+ * behind. Keys never expire. */
 TALLY_MUST_CHECK tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g,
                                                   int64_t *id_out, char *why, size_t cap);
 

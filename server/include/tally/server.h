@@ -25,7 +25,8 @@
  *   GET  /v1/invoices/{id}[?format=json|csv|html]
  *   POST /v1/accounts/{id}/credits   (admin)  201 {"grant_id",...}
  *        body {"amount","kind","currency"?,"priority"?,"effective_at"?,
- *              "expires_at"?,"scope"?}
+ *              "expires_at"?,"scope"?}; optional header Idempotency-Key
+ *        (below)
  *   PUT  /v1/spot-prices/{sku}       (admin)  body {"price","from"}
  *   GET  /healthz                             {"status":"ok"} (reads the ledger)
  *   GET  /metrics                             Prometheus text
@@ -60,7 +61,8 @@
  * Status codes: 400 malformed input, 401 missing/malformed/unknown/revoked
  * key (with WWW-Authenticate), 403 a route the key's role may not use, 404
  * unknown route or hidden/missing resource, 405 wrong method (with Allow),
- * 409 conflicting state (currency mismatch, SKU without spot pricing), 413
+ * 409 conflicting state (currency mismatch, SKU without spot pricing, an
+ * Idempotency-Key used for a different request), 413
  * body over 1 MiB or more than 1,000 events, 503 ledger busy or Kafka
  * delivery failed. Connections idle or slow for timeout_s are closed.
  *
@@ -91,6 +93,16 @@
  * more events than its key's bucket holds is answered 429 "rate_limited"
  * with Retry-After in seconds, and nothing of it is stored or quarantined.
  * Each quarantined row records the id of the key that sent it.
+ *
+ * Idempotent grants: POST /v1/accounts/{id}/credits with "Idempotency-Key:
+ * K" (1 to 255 printable ASCII characters without spaces, else 400
+ * "bad_idempotency_key"; one such header, else 400) is stored once. The
+ * same key with the same request (tally_ledger_grant_add says which
+ * fields; an absent effective_at is not "now") is answered with the status
+ * and body of the first answer, byte for byte, plus "Idempotent-Replayed:
+ * true", and nothing is written; with a different request (another amount,
+ * account, ...) it is 409 "conflict" and nothing is written. A refused
+ * request (4xx) leaves no key behind. Other endpoints ignore the header.
  */
 #ifndef TALLY_SERVER_H
 #define TALLY_SERVER_H
@@ -154,6 +166,7 @@ typedef struct tally_http_request {
     const char *authorization; /* the Authorization header, or NULL */
     const char *body;          /* may hold any bytes; NULL when body_len is 0 */
     size_t body_len;
+    const char *idempotency_key; /* the Idempotency-Key header, or NULL */
 } tally_http_request;
 
 typedef struct tally_http_response {
@@ -162,6 +175,7 @@ typedef struct tally_http_response {
     char allow[48];           /* the Allow header of a 405; else "" */
     char request_id[40];      /* also sent as X-Request-Id */
     int64_t retry_after_s;    /* > 0: the Retry-After header of a 429 */
+    bool replayed;            /* the stored answer to an Idempotency-Key: Idempotent-Replayed */
     tally_buf body;
 } tally_http_response;
 
