@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Kafka benchmark: a bare counting consumer, kcat and `tally meter` read the
-# same pre-produced topic of the embedded broker, in the same run.
+# same pre-produced topic of the embedded broker, in the same run; the
+# meter with prepaid balances kept and off (TALLY_NO_BALANCES=1), for what
+# they cost.
 #
 #   bench/kafka.sh [BUILD_DIR]          (default: build)
 #
@@ -8,7 +10,8 @@
 # broker keeps about 5 MB per partition, so EVENTS x ~275 bytes must fit,
 # and messages are keyed by account, so use many more accounts than
 # partitions), PRODUCE_ARGS (extra bench_produce options, e.g. --accounts
-# 5000 --instances 20000), METER_ARGS (extra `tally meter` options), KEEP=1
+# 5000 --instances 20000), METER_ARGS (extra `tally meter` options), ROUNDS
+# (meter runs of each kind, default 2), KEEP=1
 # keeps the work folder.
 #
 # Each consumer's rate excludes joining the group: it is messages / (time of
@@ -64,17 +67,36 @@ kcat_n=$(wc -l <"$work/kcat.out")
 kcat_ms=$(( (t2 - t1 - (t1 - t0)) / 1000000 ))
 echo "kcat: messages=$kcat_n consume_ms=$kcat_ms rate=$(( kcat_n * 1000 / (kcat_ms > 0 ? kcat_ms : 1) )) rss_mb=$(peak_rss_mb "$work/kcat.time") cpu_s=$(cpu_s "$work/kcat.time")"
 
-# 3. tally meter into a fresh ledger on disk.
-"$B/tally" --db "$work/meter.db" init >/dev/null
-# shellcheck disable=SC2086
-/usr/bin/time -v "$B/tally" --db "$work/meter.db" meter --brokers "$bootstrap" --topic usage \
-  --group bench-meter --until-idle 2 ${METER_ARGS:-} >"$work/meter.out" 2>"$work/meter.err" || {
-  echo "kafka.sh: tally meter failed:" >&2; tail -5 "$work/meter.err" >&2; exit 1; }
-first=$(sed 's/.*first_ms=\([0-9-]*\).*/\1/' "$work/meter.out")
-last=$(sed 's/.*last_ms=\([0-9-]*\).*/\1/' "$work/meter.out")
-msgs=$(sed 's/^messages=\([0-9]*\).*/\1/' "$work/meter.out")
-meter_ms=$(( last - first ))
-meter_rate=$(( msgs * 1000 / (meter_ms > 0 ? meter_ms : 1) ))
-echo "meter: $(cat "$work/meter.out") consume_ms=$meter_ms rate=$meter_rate rss_mb=$(peak_rss_mb "$work/meter.err") cpu_s=$(cpu_s "$work/meter.err")"
-echo "ledger: $(du -m "$work/meter.db" | cut -f1) MB"
+# 3. tally meter into a fresh ledger on disk, with prepaid balances kept
+# (the default) and without them (TALLY_NO_BALANCES=1), alternately, ROUNDS
+# times each (default 2); each group reads the whole topic. The best rate of
+# each is compared: what keeping running charges in every batch costs
+# (SPEC section 9).
+meter_run() { # name env -> sets rate, prints the line
+  local name=$1 env=$2
+  "$B/tally" --db "$work/$name.db" init >/dev/null
+  # shellcheck disable=SC2086
+  env $env /usr/bin/time -v "$B/tally" --db "$work/$name.db" meter --brokers "$bootstrap" \
+    --topic usage --group "bench-$name" --until-idle 2 ${METER_ARGS:-} >"$work/$name.out" \
+    2>"$work/$name.err" || { echo "kafka.sh: tally meter ($name) failed:" >&2
+    tail -5 "$work/$name.err" >&2; exit 1; }
+  local first last msgs ms
+  first=$(sed 's/.*first_ms=\([0-9-]*\).*/\1/' "$work/$name.out")
+  last=$(sed 's/.*last_ms=\([0-9-]*\).*/\1/' "$work/$name.out")
+  msgs=$(sed 's/^messages=\([0-9]*\).*/\1/' "$work/$name.out")
+  ms=$(( last - first ))
+  rate=$(( msgs * 1000 / (ms > 0 ? ms : 1) ))
+  echo "$name: $(cat "$work/$name.out") consume_ms=$ms rate=$rate rss_mb=$(peak_rss_mb "$work/$name.err") cpu_s=$(cpu_s "$work/$name.err") ledger_mb=$(du -m "$work/$name.db" | cut -f1)"
+  rm -f "$work/$name.db" "$work/$name.db-wal" "$work/$name.db-shm"
+}
+meter_rate=0
+nobal_rate=0
+for r in $(seq "${ROUNDS:-2}"); do
+  meter_run "meter-$r" "TALLY_BENCH_ROUND=$r"
+  [ "$rate" -gt "$meter_rate" ] && meter_rate=$rate
+  meter_run "nobal-$r" "TALLY_NO_BALANCES=1"
+  [ "$rate" -gt "$nobal_rate" ] && nobal_rate=$rate
+done
+echo "meter (best of ${ROUNDS:-2}): rate=$meter_rate; without balances: rate=$nobal_rate"
 awk -v m="$meter_rate" -v b="$base_rate" 'BEGIN {printf "ratio meter/baseline: %.2f\n", m / b}'
+awk -v m="$meter_rate" -v n="$nobal_rate" 'BEGIN {printf "ratio with/without balances: %.2f\n", m / n}'

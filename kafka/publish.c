@@ -21,8 +21,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "tally/kafka_conf.h"
+#include "tally/balance.h"
 #include "tally/buf.h"
+#include "tally/kafka_conf.h"
+#include "tally/log.h"
 #include "tally/outbox.h"
 #include "tally/publish.h"
 
@@ -36,6 +38,7 @@
 #define POLL_MS         100
 #define PROGRESS_MS     1000
 #define FINISH_GRACE_MS 1000
+#define SWEEP_MS        5000 /* balances due a refresh by the clock alone */
 #define CONTENT_TYPE    "application/cloudevents+json"
 
 _Static_assert(sizeof(intptr_t) >= sizeof(int64_t), "event ids travel in the message opaque");
@@ -346,14 +349,32 @@ static tally_err finish(tally_publisher *p)
     return e;
 }
 
+/* What changes with the clock alone (a grant expiring, the release grace of
+ * an exhausted account ending) writes its events now, so that this
+ * publisher announces them (include/tally/balance.h). A failure is logged:
+ * announcing what is already pending goes on. */
+static void sweep(tally_publisher *p, int64_t now, int64_t *next)
+{
+    if (now < *next)
+        return;
+    *next = now + SWEEP_MS;
+    int64_t n = 0;
+    tally_err e = tally_balance_sweep(p->l, tally_now_s(), &n);
+    if (e)
+        tally_log(TALLY_LOG_WARNING, "publish", "balance sweep: %s (%s)", tally_err_str(e),
+                  tally_ledger_errmsg(p->l));
+}
+
 tally_err tally_publisher_run(tally_publisher *p, volatile sig_atomic_t *stop,
                               tally_publish_progress_fn progress, void *ctx)
 {
     int64_t start = now_ms(), next_progress = start + PROGRESS_MS, idle_since = -1;
+    int64_t next_sweep = start;
     bool deadline = false;
     tally_err e = TALLY_OK;
     while (!e && !(stop && *stop)) {
         int64_t now = now_ms();
+        sweep(p, now, &next_sweep);
         if (p->o.deadline_ms > 0 && now - start >= p->o.deadline_ms) {
             deadline = true;
             break;

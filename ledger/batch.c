@@ -40,6 +40,13 @@ static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_PT_ADD] = "UPDATE usage_points SET qty = qty + ?6, seq = ?7 WHERE account = ?1 AND "
                   "meter = ?2 AND dim = ?3 AND dim2 = ?4 AND t_s = ?5 AND "
                   "qty <= 9223372036854775807 - ?6",
+    /* One hour's new quantity (NULL: it does not fit in 64 bits); the sum
+     * turns NULL rather than pass INT64_MAX (schemas/013_points_hourly.sql). */
+    [ST_HR_ADD] = "INSERT INTO usage_points_hourly(account, meter, dim, dim2, hour_s, qty) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO UPDATE SET qty = CASE "
+                  "WHEN qty IS NULL OR excluded.qty IS NULL "
+                  "OR excluded.qty > 9223372036854775807 - qty THEN NULL "
+                  "ELSE qty + excluded.qty END",
     [ST_PT_GET] = "SELECT qty FROM usage_points WHERE account = ?1 AND meter = ?2 AND dim = ?3 "
                   "AND dim2 = ?4 AND t_s = ?5",
     [ST_OFF_INS] = "INSERT INTO offsets(topic, partition, next_offset, updated_at, last_mark) "

@@ -357,6 +357,10 @@ tally_err agg_begin(tally_batch *b, size_t n_point_events)
         if (!p)
             return TALLY_NOMEM;
         b->pts = p;
+        uint32_t *o = realloc(b->pt_order, n_point_events * sizeof *o);
+        if (!o)
+            return TALLY_NOMEM;
+        b->pt_order = o;
         b->pts_alloc = n_point_events;
     }
     return idx_table_reserve(&b->pt_index, n_point_events);
@@ -431,6 +435,73 @@ static tally_err pt_write(tally_batch *b, const pt_entry *p, int64_t seq)
     return TALLY_OVERFLOW;
 }
 
+/* ---- Hourly sums of points (schemas/013_points_hourly.sql) -------------------- */
+
+static const tally_batch *sort_batch; /* qsort has no context argument */
+
+static int pt_hour_cmp(const void *a, const void *b)
+{
+    const tally_event *x = sort_batch->pts[*(const uint32_t *)a].ev;
+    const tally_event *y = sort_batch->pts[*(const uint32_t *)b].ev;
+    int c = strcmp(x->account, y->account);
+    if (!c)
+        c = (x->meter > y->meter) - (x->meter < y->meter);
+    if (!c)
+        c = strcmp(x->dim, y->dim);
+    if (!c)
+        c = strcmp(x->dim2, y->dim2);
+    if (!c) {
+        int64_t hx = x->time_s - x->time_s % 3600, hy = y->time_s - y->time_s % 3600;
+        c = (hx > hy) - (hx < hy);
+    }
+    return c;
+}
+
+static bool same_hour(const tally_event *x, const tally_event *y)
+{
+    return x->meter == y->meter && x->time_s / 3600 == y->time_s / 3600 &&
+           strcmp(x->account, y->account) == 0 && strcmp(x->dim, y->dim) == 0 &&
+           strcmp(x->dim2, y->dim2) == 0;
+}
+
+static tally_err hour_write(tally_batch *b, const tally_event *ev, int64_t qty, bool fits)
+{
+    sqlite3_stmt *st = b->st[ST_HR_ADD];
+    sqlite3_bind_text(st, 1, ev->account, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, ev->meter);
+    sqlite3_bind_text(st, 3, ev->dim, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, ev->dim2, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, ev->time_s - ev->time_s % 3600);
+    if (fits)
+        sqlite3_bind_int64(st, 6, qty);
+    else
+        sqlite3_bind_null(st, 6);
+    return batch_step(b, st);
+}
+
+/* Adds this commit's points to their hours: one row write per dimension and
+ * hour, however many seconds the commit added to it. */
+static tally_err hours_flush(tally_batch *b)
+{
+    for (size_t i = 0; i < b->n_pts; i++)
+        b->pt_order[i] = (uint32_t)i;
+    sort_batch = b;
+    qsort(b->pt_order, b->n_pts, sizeof *b->pt_order, pt_hour_cmp);
+    sort_batch = NULL;
+    tally_err err = TALLY_OK;
+    for (size_t i = 0; err == TALLY_OK && i < b->n_pts;) {
+        const tally_event *ev = b->pts[b->pt_order[i]].ev;
+        int64_t sum = 0;
+        bool fits = true;
+        size_t j = i;
+        for (; j < b->n_pts && same_hour(ev, b->pts[b->pt_order[j]].ev); j++)
+            fits = fits && !__builtin_add_overflow(sum, b->pts[b->pt_order[j]].qty, &sum);
+        err = hour_write(b, ev, sum, fits);
+        i = j;
+    }
+    return err;
+}
+
 tally_err agg_flush(tally_batch *b)
 {
     tally_err err = TALLY_OK;
@@ -445,6 +516,8 @@ tally_err agg_flush(tally_batch *b)
         err = batch_seq(b, &seq);
     for (size_t i = 0; err == TALLY_OK && i < b->n_pts; i++)
         err = pt_write(b, &b->pts[i], seq);
+    if (err == TALLY_OK && b->n_pts)
+        err = hours_flush(b);
     return err;
 }
 
@@ -473,6 +546,8 @@ void agg_free(tally_batch *b)
     b->n_dirty = b->dirty_alloc = 0;
     free(b->pts);
     b->pts = NULL;
+    free(b->pt_order);
+    b->pt_order = NULL;
     b->n_pts = b->pts_alloc = 0;
     idx_table_free(&b->iv_by_end);
     idx_table_free(&b->iv_by_start);

@@ -38,6 +38,9 @@ struct inv_gatherer {
     tally_spot_point *spot_as_of;
     size_t n_spot_as_of;
     sqlite3_stmt *st[INV_Q_COUNT];
+    /* TALLY_RAW_POINTS=1: read traffic and tokens second by second, never by
+     * the hour (for the test that both rate alike). */
+    bool raw_points;
 };
 
 /* An invoice i (or j) is live unless a credit note of the same account and
@@ -57,6 +60,8 @@ static const char *const queries[INV_Q_COUNT] = {
                         "AND start_s < ?3 AND end_s > ?2",
     [INV_Q_POINTS] = "SELECT meter, dim, dim2, t_s, qty FROM usage_points "
                      "WHERE account = ?1 AND t_s >= ?2 AND t_s < ?3",
+    [INV_Q_HOURS] = "SELECT meter, dim, dim2, hour_s, qty FROM usage_points_hourly "
+                    "WHERE account = ?1 AND hour_s > ?2 - 3600 AND hour_s < ?3",
     [INV_Q_COMMITMENTS] = "SELECT id, sku, cards, from_s, to_s FROM commitments "
                           "WHERE account = ?1 AND from_s < ?3 AND to_s > ?2",
     [INV_Q_GRANTS] = "SELECT g.id, g.kind, g.priority, g.effective_s, g.expires_s, g.scope, "
@@ -132,6 +137,8 @@ tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out)
     if (!e && !(g->spot_as_of = calloc(g->n_spot + 1, sizeof *g->spot_as_of)))
         e = TALLY_NOMEM;
     g->as_of_s = INT64_MAX;
+    const char *raw = getenv("TALLY_RAW_POINTS");
+    g->raw_points = raw && strcmp(raw, "1") == 0;
     for (int i = 0; i < INV_Q_COUNT && !e; i++)
         e = ledger_prepare(l, queries[i], &g->st[i]);
     if (e) {
@@ -242,9 +249,11 @@ static tally_err read_intervals(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
     return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
 }
 
-static tally_err read_points(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
+/* The points of [lo, hi), second by second, from st (INV_Q_POINTS' text). */
+static tally_err read_points_in(inv_gatherer *g, sqlite3_stmt *st, inv_input *x, int64_t lo,
+                                int64_t hi)
 {
-    tally_err e = bind(g, st, INV_Q_POINTS, x->account.id, x->start_s, x->end_s, NULL);
+    tally_err e = bind(g, st, INV_Q_POINTS, x->account.id, lo, hi, NULL);
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         e = grow((void **)&x->points, x->n_points, &x->cap_points, sizeof(tally_point));
@@ -260,6 +269,161 @@ static tally_err read_points(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
         x->n_in_window++;
     }
     return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
+}
+
+static tally_err read_points(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
+{
+    return read_points_in(g, st, x, x->start_s, x->end_s);
+}
+
+/* ---- Points by the hour (schemas/013_points_hourly.sql) --------------------- */
+
+#define HOUR_S 3600
+
+typedef struct hour_row {
+    tally_point p;
+    bool whole; /* the sum is known (it fit in 64 bits) */
+} hour_row;
+
+typedef struct hours {
+    hour_row *v;
+    size_t n, cap;
+    int64_t *raw; /* hours read second by second, sorted, unique */
+    size_t n_raw, cap_raw;
+    int64_t *bounds; /* times at which a price or a credit epoch may change */
+    size_t n_bounds, cap_bounds;
+} hours;
+
+static tally_err push_i64(int64_t **v, size_t *n, size_t *cap, int64_t t)
+{
+    tally_err e = grow((void **)v, *n, cap, sizeof **v);
+    if (!e)
+        (*v)[(*n)++] = t;
+    return e;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether a bound falls strictly inside (h, h + 1 hour). */
+static bool cut_inside(const hours *hs, int64_t h)
+{
+    size_t lo = 0, n = hs->n_bounds;
+    while (lo < n) { /* the first bound > h */
+        size_t mid = lo + (n - lo) / 2;
+        if (hs->bounds[mid] <= h)
+            lo = mid + 1;
+        else
+            n = mid;
+    }
+    return lo < hs->n_bounds && hs->bounds[lo] < h + HOUR_S;
+}
+
+/* The times where rating may price or credit two seconds differently: the
+ * window's edges, the rate cards' starts and the grants' windows. */
+static tally_err hour_bounds(inv_gatherer *g, const inv_input *x, hours *hs)
+{
+    tally_err e = push_i64(&hs->bounds, &hs->n_bounds, &hs->cap_bounds, x->start_s);
+    if (!e)
+        e = push_i64(&hs->bounds, &hs->n_bounds, &hs->cap_bounds, x->end_s);
+    for (size_t i = 0; !e && i < g->n_cards; i++)
+        e = push_i64(&hs->bounds, &hs->n_bounds, &hs->cap_bounds, g->cards[i]->effective_from_s);
+    for (size_t i = 0; !e && i < x->n_grants; i++) {
+        e = push_i64(&hs->bounds, &hs->n_bounds, &hs->cap_bounds, x->grants[i].effective_s);
+        if (!e)
+            e = push_i64(&hs->bounds, &hs->n_bounds, &hs->cap_bounds, x->grants[i].expires_s);
+    }
+    if (!e)
+        qsort(hs->bounds, hs->n_bounds, sizeof *hs->bounds, cmp_i64);
+    return e;
+}
+
+static tally_err read_hour_rows(inv_gatherer *g, inv_input *x, hours *hs, int64_t *last)
+{
+    sqlite3_stmt *st = g->st[INV_Q_HOURS];
+    tally_err e = bind(g, st, INV_Q_HOURS, x->account.id, x->start_s, x->end_s, NULL);
+    int rc;
+    *last = INT64_MIN;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        e = grow((void **)&hs->v, hs->n, &hs->cap, sizeof *hs->v);
+        if (e)
+            break;
+        hour_row *r = &hs->v[hs->n++];
+        memset(r, 0, sizeof *r);
+        r->p.meter = (tally_meter)sqlite3_column_int(st, 0);
+        inv_col_text(st, 1, r->p.dim, sizeof r->p.dim);
+        inv_col_text(st, 2, r->p.dim2, sizeof r->p.dim2);
+        r->p.t_s = sqlite3_column_int64(st, 3);
+        r->whole = sqlite3_column_type(st, 4) != SQLITE_NULL;
+        r->p.qty = sqlite3_column_int64(st, 4);
+        if (r->p.t_s > *last)
+            *last = r->p.t_s;
+    }
+    return e ? (sqlite3_reset(st), e) : step_done(g, st, rc);
+}
+
+/* An hour is read second by second when its sum is unknown, when it is not
+ * wholly inside the window, when a bound falls inside it, or when it is one
+ * of the account's last two hours with usage (the balance's burn rate rates
+ * the ten minutes before the latest usage: include/tally/balance.h). Every
+ * other hour is priced and credited alike in each of its seconds, so its sum
+ * rates to the same line, to the fen, as its seconds do. */
+static bool hour_raw(const hours *hs, const hour_row *r, int64_t start, int64_t end, int64_t last)
+{
+    int64_t h = r->p.t_s;
+    return !r->whole || h < start || h + HOUR_S > end || h >= last - HOUR_S || cut_inside(hs, h);
+}
+
+static bool is_raw(const hours *hs, int64_t h)
+{
+    return bsearch(&h, hs->raw, hs->n_raw, sizeof *hs->raw, cmp_i64) != NULL;
+}
+
+/* Hours whole where they can be, seconds where they must be. */
+static tally_err read_points_hourly(inv_gatherer *g, inv_input *x)
+{
+    hours hs = {0};
+    int64_t last;
+    tally_err e = hour_bounds(g, x, &hs);
+    if (!e)
+        e = read_hour_rows(g, x, &hs, &last);
+    for (size_t i = 0; !e && i < hs.n; i++)
+        if (hour_raw(&hs, &hs.v[i], x->start_s, x->end_s, last))
+            e = push_i64(&hs.raw, &hs.n_raw, &hs.cap_raw, hs.v[i].p.t_s);
+    if (!e && hs.n_raw) {
+        qsort(hs.raw, hs.n_raw, sizeof *hs.raw, cmp_i64);
+        size_t k = 1;
+        for (size_t i = 1; i < hs.n_raw; i++)
+            if (hs.raw[i] != hs.raw[k - 1])
+                hs.raw[k++] = hs.raw[i];
+        hs.n_raw = k;
+    }
+    for (size_t i = 0; !e && i < hs.n; i++) {
+        if (is_raw(&hs, hs.v[i].p.t_s))
+            continue;
+        e = grow((void **)&x->points, x->n_points, &x->cap_points, sizeof(tally_point));
+        if (!e) {
+            x->points[x->n_points++] = hs.v[i].p;
+            x->n_in_window++;
+        }
+    }
+    for (size_t i = 0; !e && i < hs.n_raw;) { /* runs of consecutive raw hours */
+        size_t j = i + 1;
+        while (j < hs.n_raw && hs.raw[j] == hs.raw[j - 1] + HOUR_S)
+            j++;
+        int64_t lo = hs.raw[i] > x->start_s ? hs.raw[i] : x->start_s;
+        int64_t hi = hs.raw[j - 1] + HOUR_S < x->end_s ? hs.raw[j - 1] + HOUR_S : x->end_s;
+        if (lo < hi)
+            e = read_points_in(g, g->st[INV_Q_POINTS], x, lo, hi);
+        i = j;
+    }
+    free(hs.v);
+    free(hs.raw);
+    free(hs.bounds);
+    return e;
 }
 
 static tally_err read_commitments(inv_gatherer *g, inv_input *x)
@@ -351,7 +515,9 @@ static tally_err read_usage(inv_gatherer *g, inv_input *x)
     tally_err e;
     if (!g->l->shards) {
         e = read_intervals(g, g->st[INV_Q_INTERVALS], x);
-        return e ? e : read_points(g, g->st[INV_Q_POINTS], x);
+        if (e)
+            return e;
+        return g->raw_points ? read_points(g, g->st[INV_Q_POINTS], x) : read_points_hourly(g, x);
     }
     usage_ctx c = {g, x};
     e = ledger_usage_each(g->l, x->account.id, LEDGER_USAGE_INTERVALS, queries[INV_Q_INTERVALS], 0,
@@ -373,11 +539,11 @@ tally_err inv_gather(inv_gatherer *g, const tally_account *acct, int64_t start_s
     x->end_s = end_s;
     x->n_intervals = x->n_points = x->n_commitments = x->n_grants = 0;
     x->n_in_window = 0;
-    tally_err e = read_usage(g, x);
-    if (!e)
-        e = read_commitments(g, x);
-    if (!e && with_grants)
+    tally_err e = read_commitments(g, x);
+    if (!e && with_grants) /* first: their windows decide which hours are read whole */
         e = read_grants(g, x);
+    if (!e)
+        e = read_usage(g, x);
     if (e)
         return e;
     x->in = (tally_rating_input){

@@ -276,6 +276,7 @@ enum batch_stmt {
     ST_PT_INS,
     ST_PT_ADD,
     ST_PT_GET,
+    ST_HR_ADD,
     ST_OFF_INS,
     ST_OFF_UPD,
     ST_SEQ,
@@ -307,6 +308,7 @@ struct tally_batch {
     /* Per commit. */
     pt_entry *pts;
     size_t n_pts, pts_alloc;
+    uint32_t *pt_order; /* pts sorted by (account, meter, dim, dim2, hour), pts_alloc long */
     idx_table pt_index;
     idx_table known_accounts; /* hashes of accounts known to exist */
     char (*account_names)[TALLY_NAME_MAX];
@@ -522,6 +524,7 @@ void inv_gather_as_of(inv_gatherer *g, int64_t as_of_s);
 typedef enum inv_query {
     INV_Q_INTERVALS,
     INV_Q_POINTS,
+    INV_Q_HOURS, /* ?1 account, ?2 start, ?3 end: usage_points_hourly rows around it */
     INV_Q_COMMITMENTS,
     INV_Q_GRANTS,
     INV_Q_LIVE,    /* ?1 account, ?2 period: the live finalized invoice */

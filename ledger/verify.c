@@ -337,6 +337,30 @@ static tally_err run_sql_list(vctx *v, const char *const *list)
     return err;
 }
 
+/* Derived tables, after the chain has vouched for the rows they derive from. */
+static const char *const sql_checks_derived[] = {
+    /* usage by the hour against its seconds (schemas/013_points_hourly.sql):
+     * invoices read an hour's sum, so an edited sum would change them */
+    "SELECT 'usage_points_hourly: ' || h.account || ' meter ' || h.meter || ' ' || h.dim || "
+    "'/' || h.dim2 || ' hour ' || h.hour_s || ' holds ' || h.qty || ' but its seconds add up "
+    "to ' || coalesce((SELECT sum(p.qty) FROM usage_points p WHERE p.account = h.account AND "
+    "p.meter = h.meter AND p.dim = h.dim AND p.dim2 = h.dim2 AND p.t_s >= h.hour_s AND "
+    "p.t_s < h.hour_s + 3600), 0) FROM usage_points_hourly h WHERE h.qty IS NOT NULL AND "
+    "h.qty IS NOT coalesce((SELECT sum(p.qty) FROM usage_points p WHERE p.account = h.account "
+    "AND p.meter = h.meter AND p.dim = h.dim AND p.dim2 = h.dim2 AND p.t_s >= h.hour_s AND "
+    "p.t_s < h.hour_s + 3600), 0) LIMIT 1",
+    "SELECT 'usage_points: ' || p.account || ' meter ' || p.meter || ' ' || p.dim || '/' || "
+    "p.dim2 || ' second ' || p.t_s || ' has no hourly sum' FROM usage_points p WHERE NOT EXISTS "
+    "(SELECT 1 FROM usage_points_hourly h WHERE h.account = p.account AND h.meter = p.meter "
+    "AND h.dim = p.dim AND h.dim2 = p.dim2 AND h.hour_s = p.t_s - p.t_s % 3600) LIMIT 1",
+    NULL,
+};
+
+static tally_err check_derived_sql(vctx *v)
+{
+    return run_sql_list(v, sql_checks_derived);
+}
+
 static tally_err check_ledger_sql(vctx *v)
 {
     return run_sql_list(v, sql_checks_ledger);
@@ -740,8 +764,8 @@ static tally_err check_shards(vctx *v)
 typedef tally_err (*check_fn)(vctx *v);
 
 static const check_fn checks[] = {
-    check_integrity, check_triggers, check_ledger_sql, check_documents,
-    check_rows_sql,  verify_chain,   check_shards,
+    check_integrity, check_triggers, check_ledger_sql,  check_documents,
+    check_rows_sql,  verify_chain,   check_derived_sql, check_shards,
 };
 
 static tally_err summary(vctx *v)
