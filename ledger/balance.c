@@ -135,7 +135,7 @@ static int period_cmp(const void *a, const void *b)
 static tally_err stored_periods(bal_engine *b, const char *account)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
+    tally_err e = ledger_cached(
         b->l, "SELECT period FROM running_periods WHERE account = ?1 ORDER BY period", &st);
     if (e)
         return e;
@@ -143,7 +143,7 @@ static tally_err stored_periods(bal_engine *b, const char *account)
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         period_add(b, (const char *)sqlite3_column_text(st, 0));
-    return ledger_finish(b->l, st, rc);
+    return ledger_cached_done(b->l, st, rc);
 }
 
 /* The earliest and latest usage of a plain ledger's account, for an account
@@ -152,11 +152,11 @@ static tally_err usage_span(bal_engine *b, const char *account, int64_t *lo, int
 {
     sqlite3_stmt *st;
     tally_err e =
-        ledger_prepare(b->l,
-                       "SELECT min(lo), max(hi) FROM (SELECT min(start_s) lo, max(end_s) - 1 hi "
-                       "FROM usage_intervals WHERE account = ?1 UNION ALL "
-                       "SELECT min(t_s), max(t_s) FROM usage_points WHERE account = ?1)",
-                       &st);
+        ledger_cached(b->l,
+                      "SELECT min(lo), max(hi) FROM (SELECT min(start_s) lo, max(end_s) - 1 hi "
+                      "FROM usage_intervals WHERE account = ?1 UNION ALL "
+                      "SELECT min(t_s), max(t_s) FROM usage_points WHERE account = ?1)",
+                      &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
@@ -168,7 +168,7 @@ static tally_err usage_span(bal_engine *b, const char *account, int64_t *lo, int
     } else if (rc == SQLITE_ROW) {
         rc = SQLITE_DONE;
     }
-    return ledger_finish(b->l, st, rc);
+    return ledger_cached_done(b->l, st, rc);
 }
 
 /* Adds the periods of [lo, hi] in the account's time zone. */
@@ -416,7 +416,7 @@ static tally_err rate_open(bal_engine *b, bal_calc *c, bool touched_live)
 static tally_err credits_left(bal_engine *b, bal_calc *c)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
+    tally_err e = ledger_cached(
         b->l,
         "SELECT g.id, g.expires_s, coalesce((SELECT x.credit_minor - x.debit_minor "
         "FROM balances x WHERE x.ledger_acct = 'grant:' || g.id AND x.currency = g.currency), 0) "
@@ -445,10 +445,10 @@ static tally_err credits_left(bal_engine *b, bal_calc *c)
             c->next_expiry_s = sqlite3_column_int64(st, 1);
     }
     if (e) {
-        sqlite3_finalize(st);
+        sqlite3_reset(st);
         return e;
     }
-    return ledger_finish(b->l, st, rc);
+    return ledger_cached_done(b->l, st, rc);
 }
 
 /* ---- Limits, stored state, events ------------------------------------------- */
@@ -457,10 +457,10 @@ tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out
 {
     *out = (tally_limits){.release_after_s = TALLY_BALANCE_RELEASE_DEFAULT};
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l,
-                                 "SELECT low_balance_minor, stop_at_minor, release_after_s "
-                                 "FROM account_limits WHERE account = ?1",
-                                 &st);
+    tally_err e = ledger_cached(l,
+                                "SELECT low_balance_minor, stop_at_minor, release_after_s "
+                                "FROM account_limits WHERE account = ?1",
+                                &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
@@ -472,17 +472,17 @@ tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out
         out->release_after_s = sqlite3_column_int64(st, 2);
         rc = SQLITE_DONE;
     }
-    return ledger_finish(l, st, rc);
+    return ledger_cached_done(l, st, rc);
 }
 
 static tally_err stored_state(bal_engine *b, const char *account, bal_stored *s)
 {
     *s = (bal_stored){0};
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(b->l,
-                                 "SELECT state, exhausted_since_s, released, event_seq "
-                                 "FROM account_balances WHERE account = ?1",
-                                 &st);
+    tally_err e = ledger_cached(b->l,
+                                "SELECT state, exhausted_since_s, released, event_seq "
+                                "FROM account_balances WHERE account = ?1",
+                                &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
@@ -499,7 +499,7 @@ static tally_err stored_state(bal_engine *b, const char *account, bal_stored *s)
         s->event_seq = sqlite3_column_int64(st, 3);
         rc = SQLITE_DONE;
     }
-    return ledger_finish(b->l, st, rc);
+    return ledger_cached_done(b->l, st, rc);
 }
 
 static tally_balance_state state_of(const tally_limits *lim, int64_t balance)
@@ -592,7 +592,7 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
                        const bal_stored *s, int64_t next_check)
 {
     sqlite3_stmt *st = NULL;
-    tally_err e = ledger_prepare(
+    tally_err e = ledger_cached(
         b->l,
         "INSERT OR REPLACE INTO account_balances(account, currency, running_minor, "
         "covered_minor, credits_minor, balance_minor, burn_minor, state, exhausted_since_s, "
@@ -616,18 +616,18 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
         sqlite3_bind_int64(st, 11, next_check);
     sqlite3_bind_int64(st, 12, s->event_seq);
     sqlite3_bind_int64(st, 13, tally_now_s());
-    e = ledger_finish(b->l, st, sqlite3_step(st));
+    e = ledger_cached_done(b->l, st, sqlite3_step(st));
     if (!e)
-        e = ledger_prepare(b->l, "DELETE FROM running_periods WHERE account = ?1", &st);
+        e = ledger_cached(b->l, "DELETE FROM running_periods WHERE account = ?1", &st);
     if (!e) {
         sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
-        e = ledger_finish(b->l, st, sqlite3_step(st));
+        e = ledger_cached_done(b->l, st, sqlite3_step(st));
     }
     if (!e)
-        e = ledger_prepare(b->l,
-                           "INSERT INTO running_periods(account, period, subtotal_minor, "
-                           "credits_minor, due_minor) VALUES (?1, ?2, ?3, ?4, ?5)",
-                           &st);
+        e = ledger_cached(b->l,
+                          "INSERT INTO running_periods(account, period, subtotal_minor, "
+                          "credits_minor, due_minor) VALUES (?1, ?2, ?3, ?4, ?5)",
+                          &st);
     for (size_t i = 0; !e && i < b->n_periods; i++) {
         sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, b->periods[i].period, -1, SQLITE_STATIC);
@@ -640,7 +640,7 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
             e = ledger_sqlite_err(b->l, rc);
     }
     if (st)
-        sqlite3_finalize(st);
+        (void)ledger_cached_done(b->l, st, SQLITE_DONE);
     return e;
 }
 
@@ -651,7 +651,7 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
 tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
+    tally_err e = ledger_cached(
         l,
         "SELECT EXISTS (SELECT 1 FROM grants WHERE account = ?1 AND kind != 'adjustment') "
         "OR EXISTS (SELECT 1 FROM account_limits WHERE account = ?1)",
@@ -664,7 +664,7 @@ tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes)
         *yes = sqlite3_column_int(st, 0) != 0;
         rc = SQLITE_DONE;
     }
-    return ledger_finish(l, st, rc);
+    return ledger_cached_done(l, st, rc);
 }
 
 /* The state change, the release grace and what is stored. */
@@ -759,11 +759,11 @@ tally_err ledger_balance_rezone(tally_ledger *l, const char *account)
     if (l->no_balances)
         return TALLY_OK;
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, "DELETE FROM running_periods WHERE account = ?1", &st);
+    tally_err e = ledger_cached(l, "DELETE FROM running_periods WHERE account = ?1", &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-    e = ledger_finish(l, st, sqlite3_step(st));
+    e = ledger_cached_done(l, st, sqlite3_step(st));
     return e ? e : ledger_balance_refresh(l, account, "account");
 }
 

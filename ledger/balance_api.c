@@ -99,7 +99,7 @@ tally_err tally_limits_set(tally_ledger *l, const char *account, const tally_lim
 static tally_err balance_read(tally_ledger *l, const char *account, tally_balance *out, bool *due)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
+    tally_err e = ledger_cached(
         l,
         "SELECT currency, running_minor, covered_minor, credits_minor, balance_minor, "
         "burn_minor, state, next_check_s, updated_at FROM account_balances WHERE account = ?1",
@@ -126,7 +126,7 @@ static tally_err balance_read(tally_ledger *l, const char *account, tally_balanc
         out->updated_at_s = sqlite3_column_int64(st, 8);
         rc = SQLITE_DONE;
     }
-    return ledger_finish(l, st, rc);
+    return ledger_cached_done(l, st, rc);
 }
 
 /* Refreshes one account in a transaction of its own. */

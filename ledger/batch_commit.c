@@ -238,21 +238,26 @@ static tally_err touch(tally_batch *b, const tally_event *ev)
 /* One account's refresh under a savepoint: an account that cannot be rated
  * (a price missing since) keeps its previous balance and is logged; the
  * batch, and every other account in it, goes on. */
+static tally_err exec_cached(tally_ledger *l, const char *sql)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_cached(l, sql, &st);
+    return e ? e : ledger_cached_done(l, st, sqlite3_step(st));
+}
+
 static tally_err refresh_one(tally_batch *b, bal_engine *eng, const batch_touch *t)
 {
-    sqlite3 *db = b->l->db;
-    int rc = sqlite3_exec(db, "SAVEPOINT balance", NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return ledger_sqlite_err(b->l, rc);
-    tally_err e = bal_refresh(eng, t->account, t->lo_s, t->hi_s, "usage");
+    tally_err e = exec_cached(b->l, "SAVEPOINT balance");
+    if (e != TALLY_OK)
+        return e;
+    e = bal_refresh(eng, t->account, t->lo_s, t->hi_s, "usage");
     if (e != TALLY_OK && !tally_err_is_fatal(e) && e != TALLY_NOMEM && e != TALLY_IO) {
         tally_log(TALLY_LOG_WARNING, "ledger", "balance of %s not refreshed: %s (%s)", t->account,
                   tally_err_str(e), b->l->errmsg);
-        rc = sqlite3_exec(db, "ROLLBACK TO balance", NULL, NULL, NULL);
-        e = rc == SQLITE_OK ? TALLY_OK : ledger_sqlite_err(b->l, rc);
+        e = exec_cached(b->l, "ROLLBACK TO balance");
     }
-    rc = sqlite3_exec(db, "RELEASE balance", NULL, NULL, NULL);
-    return e != TALLY_OK ? e : rc == SQLITE_OK ? TALLY_OK : ledger_sqlite_err(b->l, rc);
+    tally_err r = exec_cached(b->l, "RELEASE balance");
+    return e != TALLY_OK ? e : r;
 }
 
 static tally_err refresh_touched(tally_batch *b)

@@ -92,7 +92,7 @@ static tally_err account_read(tally_ledger *l, const char *id, tally_account *ou
     *found = false;
     memset(out, 0, sizeof *out);
     tally_err e =
-        ledger_prepare(l, "SELECT currency, timezone, name FROM accounts WHERE id = ?1", &st);
+        ledger_cached(l, "SELECT currency, timezone, name FROM accounts WHERE id = ?1", &st);
     if (e != TALLY_OK)
         return e;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
@@ -103,11 +103,9 @@ static tally_err account_read(tally_ledger *l, const char *id, tally_account *ou
         snprintf(out->currency, sizeof out->currency, "%s", sqlite3_column_text(st, 0));
         snprintf(out->timezone, sizeof out->timezone, "%s", sqlite3_column_text(st, 1));
         snprintf(out->name, sizeof out->name, "%s", sqlite3_column_text(st, 2));
-    } else if (rc != SQLITE_DONE) {
-        e = ledger_sqlite_err(l, rc);
+        rc = SQLITE_DONE;
     }
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(l, st, rc);
 }
 
 /* The newest rate card's currency, else fallback (may be NULL). */

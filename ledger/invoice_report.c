@@ -216,7 +216,7 @@ static tally_err grants_json(tally_ledger *l, const tally_account *a, int digits
                              tally_buf *out)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
+    tally_err e = ledger_cached(
         l,
         "SELECT g.id, g.kind, g.amount_minor, coalesce((SELECT b.credit_minor - b.debit_minor "
         "FROM balances b WHERE b.ledger_acct = 'grant:' || g.id AND b.currency = g.currency), 0), "
@@ -238,7 +238,7 @@ static tally_err grants_json(tally_ledger *l, const tally_account *a, int digits
     }
     if (!e && rc != SQLITE_DONE)
         e = ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     if (!e)
         e = tally_buf_puts(out, "],\"credits_remaining\":");
     return e ? e : inv_json_money(out, left, digits);
@@ -250,7 +250,7 @@ static tally_err month_to_date(tally_ledger *l, const tally_account *a, const ch
                                int64_t tot[3])
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
+    tally_err e = ledger_cached(
         l,
         "SELECT subtotal_minor, credits_minor, due_minor FROM running_periods "
         "WHERE account = ?1 AND period = ?2 UNION ALL "
@@ -269,7 +269,7 @@ static tally_err month_to_date(tally_ledger *l, const tally_account *a, const ch
             tot[i] = sqlite3_column_int64(st, i);
         rc = SQLITE_DONE;
     }
-    return ledger_finish(l, st, rc);
+    return ledger_cached_done(l, st, rc);
 }
 
 tally_err tally_balance_report(tally_ledger *l, const char *account, tally_buf *out)

@@ -54,6 +54,33 @@ tally_err ledger_finish(tally_ledger *l, sqlite3_stmt *st, int rc)
     return e;
 }
 
+tally_err ledger_cached(tally_ledger *l, const char *sql, sqlite3_stmt **st)
+{
+    for (size_t i = 0; i < l->n_cached; i++)
+        if (l->cached[i].sql == sql) {
+            *st = l->cached[i].st;
+            sqlite3_reset(*st);
+            sqlite3_clear_bindings(*st);
+            return TALLY_OK;
+        }
+    tally_err e = ledger_prepare(l, sql, st);
+    if (e == TALLY_OK && l->n_cached < LEDGER_CACHED_MAX) /* else: the caller's own */
+        l->cached[l->n_cached++] = (struct ledger_cached_stmt){sql, *st};
+    return e;
+}
+
+tally_err ledger_cached_done(tally_ledger *l, sqlite3_stmt *st, int rc)
+{
+    tally_err e = rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(l, rc);
+    for (size_t i = 0; i < l->n_cached; i++)
+        if (l->cached[i].st == st) {
+            sqlite3_reset(st);
+            return e;
+        }
+    sqlite3_finalize(st);
+    return e;
+}
+
 tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st)
 {
     int rc = sqlite3_prepare_v3(l->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL);
@@ -309,6 +336,8 @@ void tally_ledger_close(tally_ledger *l)
     ledger_cards_clear(l);
     ledger_shards_free(l->shards);
     sqlite3_finalize(l->st_cards_version);
+    for (size_t i = 0; i < l->n_cached; i++)
+        sqlite3_finalize(l->cached[i].st);
     ledger_chain_close(l);
     sqlite3_close_v2(l->db);
     free(l->path);

@@ -17,6 +17,8 @@
 #include "tally/ledger.h"
 #include "tally/rating.h"
 
+#define LEDGER_CACHED_MAX 48
+
 struct tally_ledger {
     sqlite3 *db;
     char *path;
@@ -34,6 +36,13 @@ struct tally_ledger {
     struct ledger_shards *shards;
     /* The chain's cached statements (chain.c), owned by the SQL function. */
     struct chain_conn *chain;
+    /* Statements of hot lookups, prepared once per connection
+     * (ledger_cached), keyed by the address of their SQL text. */
+    struct ledger_cached_stmt {
+        const char *sql;
+        sqlite3_stmt *st;
+    } cached[LEDGER_CACHED_MAX];
+    size_t n_cached;
     /* A shard of a ledger directory (shard_write.c): it holds no grants, so
      * its writes refresh no balances (include/tally/balance.h). */
     bool no_balances;
@@ -54,6 +63,17 @@ tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, int64_t **
 
 /* Prepares sql; on failure records the message in l->errmsg. */
 tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st);
+
+/* A statement of static SQL text, prepared on first use and kept for the
+ * connection's life (hot lookups: balances, accounts). It comes reset with
+ * its bindings cleared; hand it back with ledger_cached_done, never
+ * sqlite3_finalize. sql must be a string literal (its address is the key)
+ * and the statement must not be in use by a caller up the stack.
+ * Errors: as ledger_prepare. */
+tally_err ledger_cached(tally_ledger *l, const char *sql, sqlite3_stmt **st);
+/* ledger_finish for a cached statement: resets it instead of finalizing
+ * (finalizes one that did not fit in the cache). */
+tally_err ledger_cached_done(tally_ledger *l, sqlite3_stmt *st, int rc);
 
 /* Finalizes st after its last step returned rc: TALLY_OK for SQLITE_DONE,
  * else the mapped error (recorded as l->errmsg). */
