@@ -222,6 +222,11 @@ typedef struct srv_route {
     const char *pattern; /* "/v1/accounts/{account}/usage": {name} matches one segment */
     srv_handler handler;
     srv_auth_level auth;
+    /* A GET whose handler may write: tally_balance_get refreshes a balance
+     * that fell due (a grant expired, a release grace ended) in a write
+     * transaction of its own, which cannot open inside the read snapshot
+     * other GETs run in. */
+    bool own_txn;
 } srv_route;
 
 /* Answers the call (c->resp) and frees it. */
