@@ -18,6 +18,7 @@ const srv_route srv_routes[] = {
     {"POST", "/v1/events", srv_h_events, SRV_USAGE, false},
     {"GET", "/v1/accounts/{account}/usage", srv_h_usage, SRV_ANY_KEY, false},
     {"GET", "/v1/accounts/{account}/balance", srv_h_balance, SRV_ANY_KEY, true},
+    {"GET", "/v1/accounts/{account}/admission", srv_h_admission, SRV_ANY_KEY, true},
     {"GET", "/v1/accounts/{account}/invoices", srv_h_invoice_list, SRV_ANY_KEY, false},
     {"POST", "/v1/accounts/{account}/credits", srv_h_credit_grant, SRV_ADMIN, false},
     {"GET", "/v1/invoices/{invoice}", srv_h_invoice_show, SRV_ANY_KEY, false},

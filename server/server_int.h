@@ -338,6 +338,7 @@ srv_outcome srv_h_metrics(srv_call *c);
 srv_outcome srv_h_events(srv_call *c);
 srv_outcome srv_h_usage(srv_call *c);
 srv_outcome srv_h_balance(srv_call *c);
+srv_outcome srv_h_admission(srv_call *c);
 srv_outcome srv_h_invoice_list(srv_call *c);
 srv_outcome srv_h_invoice_show(srv_call *c);
 srv_outcome srv_h_credit_grant(srv_call *c);
