@@ -20,6 +20,7 @@
 /* ---- Metrics (metrics.c) -------------------------------------------------- */
 
 #define SRV_LATENCY_BUCKETS 14
+#define SRV_OUTBOX_TYPES    11 /* the ten event types of tally/outbox.h and "other" */
 
 typedef struct srv_histogram {
     int64_t count[SRV_LATENCY_BUCKETS]; /* per bucket, not cumulative */
@@ -39,6 +40,10 @@ typedef struct srv_metrics {
     size_t n_reasons;
     int64_t reasons_after_id; /* quarantine rows counted so far end here */
     int64_t rate_limited;     /* ingest requests answered 429 */
+    /* Outbox events per known type (metrics.c's table, the last slot
+     * "other"), ledger-wide, counted incrementally by row id. */
+    int64_t outbox_total[SRV_OUTBOX_TYPES];
+    int64_t outbox_after_id; /* outbox rows counted so far end here */
 } srv_metrics;
 
 void srv_metrics_release(srv_metrics *m);

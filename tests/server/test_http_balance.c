@@ -2,8 +2,11 @@
  * serve`: GET /v1/accounts/{id}/admission (its query, its keys, HEAD, 200
  * and 402), a trial account driven to exhausted by usage sent with an
  * ingest key and back by a prepaid top-up (balance states and outbox events
- * in order), and a balance read that has to refresh first. */
+ * in order), a balance read that has to refresh first, and /metrics'
+ * accounts per state and outbox events per type (checked by promtool). */
 #include "test_http.h"
+#include "../../ledger/ledger_int.h"
+#include "../../server/server_int.h"
 
 static http_fixture fx;
 
@@ -265,13 +268,134 @@ static void test_balance_due_refresh(void **state)
     assert_healthy(&fx);
 }
 
+/* The value of one /metrics line ("name{labels} "), or -1 when absent. */
+static long long metric(const tally_buf *b, const char *line)
+{
+    char want[200];
+    snprintf(want, sizeof want, "\n%s ", line);
+    const char *p = strstr(b->data, want);
+    return p ? strtoll(p + strlen(want), NULL, 10) : -1;
+}
+
+static bool have_promtool(void)
+{
+    return tu_sh(NULL, "command -v promtool >/dev/null 2>&1") == 0;
+}
+
+/* promtool's lint of a /metrics body: exit 0 and nothing printed. */
+static void promtool_check(const tally_buf *b)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/metrics.txt", fx.dir);
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(b->data, 1, b->len, fp), b->len);
+    fclose(fp);
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    int rc = tu_sh(&out, "promtool check metrics < '%s' 2>&1", path);
+    if (rc != 0 || out.len)
+        fail_msg("promtool check metrics: exit %d: %s", rc, out.data ? out.data : "");
+    tally_buf_release(&out);
+}
+
+/* After test_spend_control: three accounts, all ok; trial1's five events,
+ * all pending; then, once stamped sent, none pending and the same totals. */
+static void test_metrics(void **state)
+{
+    (void)state;
+    TU_REQUIRE_TOOL(have_promtool(), "promtool");
+    http_answer a;
+    assert_int_equal(http_get(&fx, &a, "/metrics", NULL), 200);
+    promtool_check(&a.body);
+    assert_contains(&a.body, "# TYPE tally_accounts gauge\n");
+    assert_contains(&a.body, "# TYPE tally_outbox_events_total counter\n");
+    assert_contains(&a.body, "# TYPE tally_outbox_events_pending gauge\n");
+    assert_int_equal(metric(&a.body, "tally_accounts{state=\"ok\"}"), 3);
+    assert_int_equal(metric(&a.body, "tally_accounts{state=\"low\"}"), 0);
+    assert_int_equal(metric(&a.body, "tally_accounts{state=\"exhausted\"}"), 0);
+    static const char *const five[] = {"balance.low", "balance.exhausted", "account.suspend",
+                                       "balance.recovered", "account.resume"};
+    static const char *const none[] = {"invoice.finalized", "invoice.voided", "creditnote.issued",
+                                       "ledger.head",       "volume.release", "other"};
+    char line[128];
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(line, sizeof line, "tally_outbox_events_total{type=\"%s\"}", five[i]);
+        assert_int_equal(metric(&a.body, line), 1);
+        snprintf(line, sizeof line, "tally_outbox_events_pending{type=\"%s\"}", five[i]);
+        assert_int_equal(metric(&a.body, line), 1);
+    }
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(line, sizeof line, "tally_outbox_events_total{type=\"%s\"}", none[i]);
+        assert_int_equal(metric(&a.body, line), 0);
+        snprintf(line, sizeof line, "tally_outbox_events_pending{type=\"%s\"}", none[i]);
+        assert_int_equal(metric(&a.body, line), 0);
+    }
+    /* No series per account. */
+    assert_null(strstr(a.body.data, "trial1"));
+    http_done(&a);
+    /* As tally publish would once the broker acknowledged them. */
+    assert_int_equal(
+        tu_sh(NULL, "sqlite3 '%s' 'UPDATE outbox SET sent_at = 1 WHERE sent_at IS NULL'", fx.db),
+        0);
+    assert_int_equal(http_get(&fx, &a, "/metrics", NULL), 200);
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(line, sizeof line, "tally_outbox_events_total{type=\"%s\"}", five[i]);
+        assert_int_equal(metric(&a.body, line), 1);
+        snprintf(line, sizeof line, "tally_outbox_events_pending{type=\"%s\"}", five[i]);
+        assert_int_equal(metric(&a.body, line), 0);
+    }
+    http_done(&a);
+}
+
+static void on_reply(void *arg, const tally_http_response *resp)
+{
+    tally_buf *out = arg;
+    assert_int_equal(resp->status, 200);
+    assert_int_equal(tally_buf_append(out, resp->body.data, resp->body.len), TALLY_OK);
+}
+
+/* Types without a label of their own share "other": the series stay
+ * bounded whatever the outbox holds (tally_server_handle, no socket). */
+static void test_metrics_other_types(void **state)
+{
+    (void)state;
+    tally_ledger *l = NULL;
+    char why[256] = "";
+    assert_int_equal(tally_ledger_open(fx.db, &l, why, sizeof why), TALLY_OK);
+    static const char *const odd[] = {"future.type", "weird\"type\n", "balance.low.v2"};
+    for (size_t i = 0; i < 3; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "odd:%zu", i);
+        assert_int_equal(ledger_begin(l), TALLY_OK);
+        assert_int_equal(ledger_outbox_add(l, odd[i], "acct-x", id, "{}", 2), TALLY_OK);
+        assert_int_equal(ledger_commit(l), TALLY_OK);
+    }
+    tally_ledger_close(l);
+    tally_server_opts o = {.db_path = fx.db};
+    tally_server *s = NULL;
+    assert_int_equal(tally_server_create(&o, &s, why, sizeof why), TALLY_OK);
+    for (int round = 0; round < 2; round++) { /* counted once, not once per scrape */
+        tally_buf body;
+        tally_buf_init(&body, 0);
+        tally_http_request req = {.method = "GET", .uri = "/metrics"};
+        tally_server_handle(s, &req, on_reply, &body);
+        assert_int_equal(metric(&body, "tally_outbox_events_total{type=\"other\"}"), 3);
+        assert_int_equal(metric(&body, "tally_outbox_events_pending{type=\"other\"}"), 3);
+        assert_int_equal(metric(&body, "tally_outbox_events_total{type=\"balance.low\"}"), 1);
+        assert_null(strstr(body.data, "future"));
+        assert_null(strstr(body.data, "weird"));
+        tally_buf_release(&body);
+    }
+    tally_server_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_admission_query),
-        cmocka_unit_test(test_admission_keys),
-        cmocka_unit_test(test_spend_control),
-        cmocka_unit_test(test_balance_due_refresh),
+        cmocka_unit_test(test_admission_query),     cmocka_unit_test(test_admission_keys),
+        cmocka_unit_test(test_spend_control),       cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_metrics_other_types), cmocka_unit_test(test_balance_due_refresh),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
