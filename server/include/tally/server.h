@@ -89,7 +89,11 @@
  * tally_ledger_events, tally_ledger_quarantined_total{reason} (ledger-wide,
  * counted incrementally), and with --brokers tally_consumer_lag{topic,
  * partition} (broker high watermark minus the offset stored in the ledger),
- * and tally_http_rate_limited_total (event requests answered 429).
+ * tally_http_rate_limited_total (event requests answered 429),
+ * tally_accounts{state} (gauge: accounts per balance state),
+ * tally_outbox_events_total{type} (events written to the outbox) and
+ * tally_outbox_events_pending{type} (gauge: not yet sent), with type one of
+ * the ten types of tally/outbox.h or "other".
  *
  * Event ingest is rate-limited per API key (a token bucket per key id: rate
  * events a second, bursts of burst; see tally_server_opts): a request with
