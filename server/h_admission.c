@@ -7,8 +7,9 @@
  * The query is checked here (400 "bad_query" naming the parameter); what
  * needs the ledger (an unknown SKU, a pricing the SKU does not offer today)
  * is checked by tally_admission_check, whose explanation the 400 carries.
- * The route runs outside the read snapshot (own_txn): reading the balance
- * may refresh it first when a grant expired since. */
+ * Reading the balance may refresh it first (a grant expired since), which
+ * needs a write transaction: then the read snapshot is dropped and the
+ * check asked again (srv_snapshot_drop). */
 #include <string.h>
 
 #include "server_int.h"
@@ -92,6 +93,8 @@ srv_outcome srv_h_admission(srv_call *c)
     tally_admission a;
     char why[256] = "";
     tally_err e = tally_admission_check(c->srv->ledger, &r, &a, why, sizeof why);
+    if (e == TALLY_DB && srv_snapshot_drop(c)) /* a refresh fell due: see srv_snapshot_drop */
+        e = tally_admission_check(c->srv->ledger, &r, &a, why, sizeof why);
     if (e == TALLY_NOT_FOUND)
         return srv_fail(c, 404, "not_found", "account not found");
     if (e == TALLY_INVAL) /* the SKU or its pricing, named in why */

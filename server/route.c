@@ -13,16 +13,16 @@
 /* Handlers for {account} routes may trust that an account key's account is
  * the one in the path: the router answers 404 otherwise. */
 const srv_route srv_routes[] = {
-    {"GET", "/healthz", srv_h_healthz, SRV_PUBLIC, false},
-    {"GET", "/metrics", srv_h_metrics, SRV_PUBLIC, false},
-    {"POST", "/v1/events", srv_h_events, SRV_USAGE, false},
-    {"GET", "/v1/accounts/{account}/usage", srv_h_usage, SRV_ANY_KEY, false},
-    {"GET", "/v1/accounts/{account}/balance", srv_h_balance, SRV_ANY_KEY, true},
-    {"GET", "/v1/accounts/{account}/admission", srv_h_admission, SRV_ANY_KEY, true},
-    {"GET", "/v1/accounts/{account}/invoices", srv_h_invoice_list, SRV_ANY_KEY, false},
-    {"POST", "/v1/accounts/{account}/credits", srv_h_credit_grant, SRV_ADMIN, false},
-    {"GET", "/v1/invoices/{invoice}", srv_h_invoice_show, SRV_ANY_KEY, false},
-    {"PUT", "/v1/spot-prices/{sku}", srv_h_spot_set, SRV_ADMIN, false},
+    {"GET", "/healthz", srv_h_healthz, SRV_PUBLIC},
+    {"GET", "/metrics", srv_h_metrics, SRV_PUBLIC},
+    {"POST", "/v1/events", srv_h_events, SRV_USAGE},
+    {"GET", "/v1/accounts/{account}/usage", srv_h_usage, SRV_ANY_KEY},
+    {"GET", "/v1/accounts/{account}/balance", srv_h_balance, SRV_ANY_KEY},
+    {"GET", "/v1/accounts/{account}/admission", srv_h_admission, SRV_ANY_KEY},
+    {"GET", "/v1/accounts/{account}/invoices", srv_h_invoice_list, SRV_ANY_KEY},
+    {"POST", "/v1/accounts/{account}/credits", srv_h_credit_grant, SRV_ADMIN},
+    {"GET", "/v1/invoices/{invoice}", srv_h_invoice_show, SRV_ANY_KEY},
+    {"PUT", "/v1/spot-prices/{sku}", srv_h_spot_set, SRV_ADMIN},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof *srv_routes;
 
@@ -204,17 +204,27 @@ static srv_outcome dispatch(srv_call *c)
     /* A GET reads one snapshot: the key check and every query of its report
      * share one read transaction, which also takes the file locks once
      * instead of once per statement. Writers (events, credits, prices) open
-     * their own write transactions in the ledger, and so do GETs marked
-     * own_txn (a balance refresh fallen due). */
-    bool snapshot = strcmp(r->method, "GET") == 0 && !r->own_txn &&
-                    tally_ledger_read_begin(c->srv->ledger) == TALLY_OK;
+     * their own write transactions in the ledger; a GET whose read needs one
+     * (a balance refresh fallen due) drops the snapshot first
+     * (srv_snapshot_drop). */
+    c->snapshot =
+        strcmp(r->method, "GET") == 0 && tally_ledger_read_begin(c->srv->ledger) == TALLY_OK;
     srv_outcome out = SRV_ANSWERED;
     if (authorize(c, r) && in_scope(c, r))
         out = r->handler(c);
-    if (snapshot && tally_ledger_read_end(c->srv->ledger) != TALLY_OK)
+    srv_snapshot_drop(c);
+    return out;
+}
+
+bool srv_snapshot_drop(srv_call *c)
+{
+    if (!c->snapshot)
+        return false;
+    c->snapshot = false;
+    if (tally_ledger_read_end(c->srv->ledger) != TALLY_OK)
         tally_log(TALLY_LOG_ERR, "serve", "cannot end a read transaction: %s",
                   tally_ledger_errmsg(c->srv->ledger));
-    return out;
+    return true;
 }
 
 void tally_server_handle(tally_server *s, const tally_http_request *req, tally_http_reply_fn reply,

@@ -206,6 +206,7 @@ typedef struct srv_call {
     size_t n_params;
     const char *query; /* raw query (after '?'), or NULL */
     size_t query_len;
+    bool snapshot; /* a GET: the handler runs inside a read transaction */
 } srv_call;
 
 /* SRV_ANSWERED: c->resp holds the answer; the router sends it and frees c.
@@ -227,13 +228,15 @@ typedef struct srv_route {
     const char *pattern; /* "/v1/accounts/{account}/usage": {name} matches one segment */
     srv_handler handler;
     srv_auth_level auth;
-    /* A GET whose handler may write: tally_balance_get refreshes a balance
-     * that fell due (a grant expired, a release grace ended) in a write
-     * transaction of its own, which cannot open inside the read snapshot
-     * other GETs run in. */
-    bool own_txn;
 } srv_route;
 
+/* Ends the call's read snapshot, so that the ledger can open a write
+ * transaction of its own; false when there was none. A balance read
+ * (tally_balance_get) refreshes a balance that fell due (a grant expired, a
+ * release grace ended) in a write transaction, which cannot open inside the
+ * snapshot: it fails with TALLY_DB, and the handler drops the snapshot and
+ * asks again. */
+bool srv_snapshot_drop(srv_call *c);
 /* Answers the call (c->resp) and frees it. */
 void srv_finish(srv_call *c);
 /* 16 random hex digits that prefix this process's request ids.

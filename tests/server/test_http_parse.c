@@ -100,10 +100,10 @@ static srv_outcome dummy(srv_call *c)
 }
 
 static const srv_route table[] = {
-    {"GET", "/a/{x}/b", dummy, SRV_PUBLIC, false},
-    {"PUT", "/a/{x}/b", dummy, SRV_ADMIN, false},
-    {"POST", "/a", dummy, SRV_ANY_KEY, false},
-    {"GET", "/c/{x}/{y}", dummy, SRV_PUBLIC, false},
+    {"GET", "/a/{x}/b", dummy, SRV_PUBLIC},
+    {"PUT", "/a/{x}/b", dummy, SRV_ADMIN},
+    {"POST", "/a", dummy, SRV_ANY_KEY},
+    {"GET", "/c/{x}/{y}", dummy, SRV_PUBLIC},
 };
 
 static srv_match match(const char *method, const char *path, const srv_route **r,
