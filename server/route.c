@@ -178,6 +178,17 @@ static const char *origin_form(const char *uri)
     return *path == '?' ? "" : path;
 }
 
+static bool snapshot_end(tally_server *s)
+{
+    if (!s->in_snapshot)
+        return false;
+    s->in_snapshot = false;
+    if (tally_ledger_read_end(s->ledger) != TALLY_OK)
+        tally_log(TALLY_LOG_ERR, "serve", "cannot end a read transaction: %s",
+                  tally_ledger_errmsg(s->ledger));
+    return true;
+}
+
 static srv_outcome dispatch(srv_call *c)
 {
     const char *uri = c->req->uri ? origin_form(c->req->uri) : "";
@@ -207,24 +218,19 @@ static srv_outcome dispatch(srv_call *c)
      * their own write transactions in the ledger; a GET whose read needs one
      * (a balance refresh fallen due) drops the snapshot first
      * (srv_snapshot_drop). */
-    c->snapshot =
-        strcmp(r->method, "GET") == 0 && tally_ledger_read_begin(c->srv->ledger) == TALLY_OK;
+    tally_server *s = c->srv; /* c may be freed by the handler (a deferred answer) */
+    s->in_snapshot =
+        strcmp(r->method, "GET") == 0 && tally_ledger_read_begin(s->ledger) == TALLY_OK;
     srv_outcome out = SRV_ANSWERED;
     if (authorize(c, r) && in_scope(c, r))
         out = r->handler(c);
-    srv_snapshot_drop(c);
+    snapshot_end(s);
     return out;
 }
 
 bool srv_snapshot_drop(srv_call *c)
 {
-    if (!c->snapshot)
-        return false;
-    c->snapshot = false;
-    if (tally_ledger_read_end(c->srv->ledger) != TALLY_OK)
-        tally_log(TALLY_LOG_ERR, "serve", "cannot end a read transaction: %s",
-                  tally_ledger_errmsg(c->srv->ledger));
-    return true;
+    return snapshot_end(c->srv);
 }
 
 void tally_server_handle(tally_server *s, const tally_http_request *req, tally_http_reply_fn reply,

@@ -184,6 +184,9 @@ struct tally_server {
     uint64_t next_request;
     srv_keyring keys;
     srv_metrics metrics;
+    /* A GET's handler runs inside a read transaction (route.c); one call at
+     * a time, and kept here, not in the call, which a handler may free. */
+    bool in_snapshot;
     /* evhttp plumbing (server.c) */
     struct event_base *base;
     struct evhttp *http;
@@ -206,7 +209,6 @@ typedef struct srv_call {
     size_t n_params;
     const char *query; /* raw query (after '?'), or NULL */
     size_t query_len;
-    bool snapshot; /* a GET: the handler runs inside a read transaction */
 } srv_call;
 
 /* SRV_ANSWERED: c->resp holds the answer; the router sends it and frees c.
