@@ -90,11 +90,20 @@ srv_outcome srv_h_usage(srv_call *c)
     return srv_ok(c, 200, srv_type_json);
 }
 
+/* The report reads the account first: an unknown one is TALLY_NOT_FOUND,
+ * so no separate lookup. */
 srv_outcome srv_h_balance(srv_call *c)
 {
-    if (!no_query(c) || !account_exists(c, c->params[0]))
+    if (!no_query(c))
         return SRV_ANSWERED;
-    tally_err e = tally_balance_report(c->srv->ledger, c->params[0], &c->resp.body);
+    tally_ledger *l = c->srv->ledger;
+    tally_err e = tally_balance_report(l, c->params[0], &c->resp.body);
+    if (e == TALLY_DB && srv_snapshot_drop(c)) { /* a refresh fell due: see srv_snapshot_drop */
+        tally_buf_reset(&c->resp.body);
+        e = tally_balance_report(l, c->params[0], &c->resp.body);
+    }
+    if (e == TALLY_NOT_FOUND)
+        return srv_fail(c, 404, "not_found", "account not found");
     if (e != TALLY_OK)
         return srv_fail_err(c, e, "balance report");
     return srv_ok(c, 200, srv_type_json);

@@ -1,16 +1,20 @@
 /* GET /healthz and GET /metrics (Prometheus text format 0.0.4).
  *
- * Both are public: they carry no tenant data (no account ids, only totals
- * and quarantine reasons). Quarantine counts come from the ledger, counted
+ * Both are public: they carry no tenant data (no account ids, only totals,
+ * quarantine reasons, accounts per balance state and outbox events per
+ * type). Quarantine and outbox counts come from the ledger, counted
  * incrementally by row id so a scrape reads only rows added since the last
- * one. Times are integer microseconds written as decimal seconds; nothing
- * here uses floating point. */
+ * one (and, for the outbox, the pending rows). Times are integer
+ * microseconds written as decimal seconds; nothing here uses floating
+ * point. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "server_int.h"
+#include "tally/balance.h"
+#include "tally/outbox.h"
 
 static const char type_prometheus[] = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -20,6 +24,15 @@ static const int64_t bucket_us[SRV_LATENCY_BUCKETS] = {500,     1000,    2500,  
                                                        1000000, 2500000, 5000000, INT64_MAX};
 
 #define MAX_REASONS 256
+
+/* The outbox types that get a label of their own; any other is "other", so
+ * the series stay bounded whatever the table holds. */
+static const char *const outbox_types[SRV_OUTBOX_TYPES - 1] = {
+    TALLY_EVENT_INVOICE_FINALIZED, TALLY_EVENT_INVOICE_VOIDED,  TALLY_EVENT_CREDITNOTE_ISSUED,
+    TALLY_EVENT_LEDGER_HEAD,       TALLY_EVENT_BALANCE_LOW,     TALLY_EVENT_BALANCE_EXHAUSTED,
+    TALLY_EVENT_BALANCE_RECOVERED, TALLY_EVENT_ACCOUNT_SUSPEND, TALLY_EVENT_ACCOUNT_RESUME,
+    TALLY_EVENT_VOLUME_RELEASE,
+};
 
 int64_t srv_now_us(void)
 {
@@ -173,6 +186,80 @@ static tally_err write_ledger(tally_buf *b, tally_server *s)
     return e;
 }
 
+/* ---- Balances and the outbox ---------------------------------------------- */
+
+static tally_err write_accounts(tally_buf *b, tally_ledger *l)
+{
+    int64_t n[TALLY_BALANCE_STATE_COUNT];
+    tally_err e = tally_balance_state_counts(l, n);
+    if (!e)
+        e = tally_buf_puts(b, "# HELP tally_accounts Accounts whose balance the ledger keeps, by "
+                              "spend-control state.\n# TYPE tally_accounts gauge\n");
+    for (int i = 0; i < TALLY_BALANCE_STATE_COUNT && !e; i++)
+        e = tally_buf_printf(b, "tally_accounts{state=\"%s\"} %lld\n",
+                             tally_balance_state_name((tally_balance_state)i), (long long)n[i]);
+    return e;
+}
+
+/* One scrape's outbox counts per slot, before they are added to the totals. */
+typedef struct outbox_scan {
+    int64_t added[SRV_OUTBOX_TYPES], pending[SRV_OUTBOX_TYPES];
+} outbox_scan;
+
+static size_t outbox_slot(const char *type)
+{
+    size_t i = 0;
+    while (i < SRV_OUTBOX_TYPES - 1 && strcmp(type, outbox_types[i]) != 0)
+        i++;
+    return i;
+}
+
+static tally_err outbox_row(void *ctx, const char *type, int64_t added, int64_t pending)
+{
+    outbox_scan *scan = ctx;
+    size_t i = outbox_slot(type);
+    scan->added[i] += added;
+    scan->pending[i] += pending;
+    return TALLY_OK;
+}
+
+static const char *outbox_label(size_t i)
+{
+    return i < SRV_OUTBOX_TYPES - 1 ? outbox_types[i] : "other";
+}
+
+/* tally_outbox_events_total{type} counts every event written (rows are
+ * never deleted: it only grows) and tally_outbox_events_pending{type} those
+ * tally publish has not sent yet (it falls as they are sent, so it is a
+ * gauge, not a status label of the counter). */
+static tally_err write_outbox(tally_buf *b, tally_server *s)
+{
+    srv_metrics *m = &s->metrics;
+    outbox_scan scan = {{0}, {0}};
+    int64_t through = m->outbox_after_id;
+    tally_err e =
+        tally_outbox_type_counts(s->ledger, m->outbox_after_id, outbox_row, &scan, &through);
+    if (e)
+        return e;
+    for (size_t i = 0; i < SRV_OUTBOX_TYPES; i++)
+        m->outbox_total[i] += scan.added[i];
+    m->outbox_after_id = through;
+    e = tally_buf_puts(b, "# HELP tally_outbox_events_total Events written to the ledger's "
+                          "outbox (announcements for tally publish), by type.\n"
+                          "# TYPE tally_outbox_events_total counter\n");
+    for (size_t i = 0; i < SRV_OUTBOX_TYPES && !e; i++)
+        e = tally_buf_printf(b, "tally_outbox_events_total{type=\"%s\"} %lld\n", outbox_label(i),
+                             (long long)m->outbox_total[i]);
+    if (!e)
+        e = tally_buf_puts(b, "# HELP tally_outbox_events_pending Outbox events not yet sent by "
+                              "tally publish, by type.\n"
+                              "# TYPE tally_outbox_events_pending gauge\n");
+    for (size_t i = 0; i < SRV_OUTBOX_TYPES && !e; i++)
+        e = tally_buf_printf(b, "tally_outbox_events_pending{type=\"%s\"} %lld\n", outbox_label(i),
+                             (long long)scan.pending[i]);
+    return e;
+}
+
 srv_outcome srv_h_metrics(srv_call *c)
 {
     tally_buf *b = &c->resp.body;
@@ -182,6 +269,10 @@ srv_outcome srv_h_metrics(srv_call *c)
         e = write_histogram(b, &s->metrics.commit);
     if (!e)
         e = write_ledger(b, s);
+    if (!e)
+        e = write_accounts(b, s->ledger);
+    if (!e)
+        e = write_outbox(b, s);
     if (!e && s->kafka)
         e = srv_kafka_lag(s->kafka, s->ledger, s->topic, b);
     else if (!e)

@@ -18,6 +18,7 @@ const srv_route srv_routes[] = {
     {"POST", "/v1/events", srv_h_events, SRV_USAGE},
     {"GET", "/v1/accounts/{account}/usage", srv_h_usage, SRV_ANY_KEY},
     {"GET", "/v1/accounts/{account}/balance", srv_h_balance, SRV_ANY_KEY},
+    {"GET", "/v1/accounts/{account}/admission", srv_h_admission, SRV_ANY_KEY},
     {"GET", "/v1/accounts/{account}/invoices", srv_h_invoice_list, SRV_ANY_KEY},
     {"POST", "/v1/accounts/{account}/credits", srv_h_credit_grant, SRV_ADMIN},
     {"GET", "/v1/invoices/{invoice}", srv_h_invoice_show, SRV_ANY_KEY},
@@ -177,6 +178,17 @@ static const char *origin_form(const char *uri)
     return *path == '?' ? "" : path;
 }
 
+static bool snapshot_end(tally_server *s)
+{
+    if (!s->in_snapshot)
+        return false;
+    s->in_snapshot = false;
+    if (tally_ledger_read_end(s->ledger) != TALLY_OK)
+        tally_log(TALLY_LOG_ERR, "serve", "cannot end a read transaction: %s",
+                  tally_ledger_errmsg(s->ledger));
+    return true;
+}
+
 static srv_outcome dispatch(srv_call *c)
 {
     const char *uri = c->req->uri ? origin_form(c->req->uri) : "";
@@ -203,16 +215,22 @@ static srv_outcome dispatch(srv_call *c)
     /* A GET reads one snapshot: the key check and every query of its report
      * share one read transaction, which also takes the file locks once
      * instead of once per statement. Writers (events, credits, prices) open
-     * their own write transactions in the ledger. */
-    bool snapshot =
-        strcmp(r->method, "GET") == 0 && tally_ledger_read_begin(c->srv->ledger) == TALLY_OK;
+     * their own write transactions in the ledger; a GET whose read needs one
+     * (a balance refresh fallen due) drops the snapshot first
+     * (srv_snapshot_drop). */
+    tally_server *s = c->srv; /* c may be freed by the handler (a deferred answer) */
+    s->in_snapshot =
+        strcmp(r->method, "GET") == 0 && tally_ledger_read_begin(s->ledger) == TALLY_OK;
     srv_outcome out = SRV_ANSWERED;
     if (authorize(c, r) && in_scope(c, r))
         out = r->handler(c);
-    if (snapshot && tally_ledger_read_end(c->srv->ledger) != TALLY_OK)
-        tally_log(TALLY_LOG_ERR, "serve", "cannot end a read transaction: %s",
-                  tally_ledger_errmsg(c->srv->ledger));
+    snapshot_end(s);
     return out;
+}
+
+bool srv_snapshot_drop(srv_call *c)
+{
+    return snapshot_end(c->srv);
 }
 
 void tally_server_handle(tally_server *s, const tally_http_request *req, tally_http_reply_fn reply,

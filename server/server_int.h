@@ -20,6 +20,7 @@
 /* ---- Metrics (metrics.c) -------------------------------------------------- */
 
 #define SRV_LATENCY_BUCKETS 14
+#define SRV_OUTBOX_TYPES    11 /* the ten event types of tally/outbox.h and "other" */
 
 typedef struct srv_histogram {
     int64_t count[SRV_LATENCY_BUCKETS]; /* per bucket, not cumulative */
@@ -39,6 +40,10 @@ typedef struct srv_metrics {
     size_t n_reasons;
     int64_t reasons_after_id; /* quarantine rows counted so far end here */
     int64_t rate_limited;     /* ingest requests answered 429 */
+    /* Outbox events per known type (metrics.c's table, the last slot
+     * "other"), ledger-wide, counted incrementally by row id. */
+    int64_t outbox_total[SRV_OUTBOX_TYPES];
+    int64_t outbox_after_id; /* outbox rows counted so far end here */
 } srv_metrics;
 
 void srv_metrics_release(srv_metrics *m);
@@ -179,6 +184,9 @@ struct tally_server {
     uint64_t next_request;
     srv_keyring keys;
     srv_metrics metrics;
+    /* A GET's handler runs inside a read transaction (route.c); one call at
+     * a time, and kept here, not in the call, which a handler may free. */
+    bool in_snapshot;
     /* evhttp plumbing (server.c) */
     struct event_base *base;
     struct evhttp *http;
@@ -224,6 +232,13 @@ typedef struct srv_route {
     srv_auth_level auth;
 } srv_route;
 
+/* Ends the call's read snapshot, so that the ledger can open a write
+ * transaction of its own; false when there was none. A balance read
+ * (tally_balance_get) refreshes a balance that fell due (a grant expired, a
+ * release grace ended) in a write transaction, which cannot open inside the
+ * snapshot: it fails with TALLY_DB, and the handler drops the snapshot and
+ * asks again. */
+bool srv_snapshot_drop(srv_call *c);
 /* Answers the call (c->resp) and frees it. */
 void srv_finish(srv_call *c);
 /* 16 random hex digits that prefix this process's request ids.
@@ -333,6 +348,7 @@ srv_outcome srv_h_metrics(srv_call *c);
 srv_outcome srv_h_events(srv_call *c);
 srv_outcome srv_h_usage(srv_call *c);
 srv_outcome srv_h_balance(srv_call *c);
+srv_outcome srv_h_admission(srv_call *c);
 srv_outcome srv_h_invoice_list(srv_call *c);
 srv_outcome srv_h_invoice_show(srv_call *c);
 srv_outcome srv_h_credit_grant(srv_call *c);

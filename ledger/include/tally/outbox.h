@@ -70,6 +70,8 @@
 #define TALLY_EVENT_INVOICE_FINALIZED "invoice.finalized"
 #define TALLY_EVENT_INVOICE_VOIDED    "invoice.voided"
 #define TALLY_EVENT_CREDITNOTE_ISSUED "creditnote.issued"
+/* The signed heads of the ledger's own chain (tally head, tally publish). */
+#define TALLY_EVENT_LEDGER_HEAD "ledger.head"
 /* Prepaid balances (include/tally/balance.h, SPEC section 9). */
 #define TALLY_EVENT_BALANCE_LOW       "balance.low"
 #define TALLY_EVENT_BALANCE_EXHAUSTED "balance.exhausted"
@@ -118,5 +120,27 @@ TALLY_MUST_CHECK tally_err tally_outbox_mark_sent_batch(tally_ledger *l, const i
 /* Numbers of pending and sent events (either pointer may be NULL).
  * Errors: TALLY_DB, TALLY_BUSY. */
 TALLY_MUST_CHECK tally_err tally_outbox_counts(tally_ledger *l, int64_t *pending, int64_t *sent);
+
+/* ---- Counts per type, for /metrics (outbox_stats.c) -------------------------- */
+
+/* Called once per event type: added counts its events with id > after_id,
+ * pending all of its events not yet sent (whatever their id). type is
+ * borrowed for the call. A non-OK return stops the listing and is returned. */
+typedef tally_err (*tally_outbox_type_fn)(void *ctx, const char *type, int64_t added,
+                                          int64_t pending);
+
+/* Calls fn, in type order, for each type that has events with id > after_id
+ * or pending events, all read in one statement (one snapshot), and on
+ * success sets *through_id (if not NULL) to the greatest id counted in added
+ * (after_id when none). Rows are never deleted, so a caller that adds up
+ * added from after_id 0 on, passing back *through_id each time, holds each
+ * type's total, and sent = total - pending. Reads only the rows above
+ * after_id and the pending ones (index outbox_pending), never the whole
+ * table. Type names are not checked: a caller that makes labels of them
+ * bounds them itself. Errors: TALLY_INVAL (NULL l or fn, after_id < 0),
+ * TALLY_DB, TALLY_BUSY, or what fn returns (then *through_id is unchanged). */
+TALLY_MUST_CHECK tally_err tally_outbox_type_counts(tally_ledger *l, int64_t after_id,
+                                                    tally_outbox_type_fn fn, void *ctx,
+                                                    int64_t *through_id);
 
 #endif

@@ -21,6 +21,9 @@
  *   POST /v1/events                          body: JSON array of CloudEvents
  *   GET  /v1/accounts/{id}/usage?from=T&to=T[&by=sku|day|meter]
  *   GET  /v1/accounts/{id}/balance
+ *   GET  /v1/accounts/{id}/admission?sku=S&cards=N&hours=H[&pricing=P]
+ *        200 {"allowed":true,...} or 402 {"allowed":false,...,"shortfall"}
+ *        (below)
  *   GET  /v1/accounts/{id}/invoices           {"account","invoices":[...]}
  *   GET  /v1/invoices/{id}[?format=json|csv|html]
  *   POST /v1/accounts/{id}/credits   (admin)  201 {"grant_id",...}
@@ -86,13 +89,31 @@
  * tally_ledger_events, tally_ledger_quarantined_total{reason} (ledger-wide,
  * counted incrementally), and with --brokers tally_consumer_lag{topic,
  * partition} (broker high watermark minus the offset stored in the ledger),
- * and tally_http_rate_limited_total (event requests answered 429).
+ * tally_http_rate_limited_total (event requests answered 429),
+ * tally_accounts{state} (gauge: accounts per balance state),
+ * tally_outbox_events_total{type} (events written to the outbox) and
+ * tally_outbox_events_pending{type} (gauge: not yet sent), with type one of
+ * the ten types of tally/outbox.h or "other".
  *
  * Event ingest is rate-limited per API key (a token bucket per key id: rate
  * events a second, bursts of burst; see tally_server_opts): a request with
  * more events than its key's bucket holds is answered 429 "rate_limited"
  * with Retry-After in seconds, and nothing of it is stored or quarantined.
  * Each quarantined row records the id of the key that sent it.
+ *
+ * Admission (SPEC section 9): whether the account's balance pays for cards
+ * (1..65536) x hours (a decimal above 0, at most 8784) of sku at today's
+ * price under pricing (on_demand, the default, spot or reserved) without
+ * going below its stop mark. The body is tally_admission_json's
+ * (include/tally/balance.h): {"allowed","account","currency","sku",
+ * "pricing","cards","hours","unit_price","cost","balance","stop_at",
+ * "balance_after"} plus "shortfall" with the 402. An account not under spend
+ * control (no grant, no limits) is always allowed. A missing, repeated,
+ * unknown or malformed parameter, an unknown SKU, or a pricing the SKU does
+ * not offer today is 400 "bad_query" naming it. Keys as for the balance: an
+ * account key its own account only (404 otherwise), admin keys any, ingest
+ * keys none (403). It writes nothing but what a balance read does (a
+ * refresh fallen due).
  *
  * Idempotent grants: POST /v1/accounts/{id}/credits with "Idempotency-Key:
  * K" (1 to 255 printable ASCII characters without spaces, else 400
