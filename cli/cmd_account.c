@@ -27,28 +27,46 @@ static int parse_amount(cli_ctx *ctx, const char *what, const char *s, const tal
     return CLI_OK;
 }
 
-static int set_limits(cli_ctx *ctx, tally_ledger *l, const tally_account *a, const limit_args *x)
+typedef struct limit_vals {
+    int64_t low, stop, release;
+    tally_limits_change ch;
+} limit_vals;
+
+/* Parses the limits in the currency the account has, or would get. */
+static int parse_limits(cli_ctx *ctx, const char *code, const limit_args *x, limit_vals *v)
 {
-    const tally_currency *c = tally_currency_find(a->currency);
-    int64_t low = 0, stop = 0, release = 0;
-    tally_limits_change ch = {0};
+    const tally_currency *c = tally_currency_find(code);
     int rc = CLI_OK;
+    memset(v, 0, sizeof *v);
     if (!c)
-        return cli_error(ctx, CLI_USAGE, "unknown currency '%s'", a->currency);
+        return cli_error(ctx, CLI_USAGE, "unknown currency '%s'", code);
     if (x->low && strcmp(x->low, "none") == 0)
-        ch.clear_low = true;
-    else if (x->low && !(rc = parse_amount(ctx, "--low-balance", x->low, c, &low)))
-        ch.low_minor = &low;
-    if (!rc && x->stop && !(rc = parse_amount(ctx, "--stop-at", x->stop, c, &stop)))
-        ch.stop_at_minor = &stop;
+        v->ch.clear_low = true;
+    else if (x->low && !(rc = parse_amount(ctx, "--low-balance", x->low, c, &v->low)))
+        v->ch.low_minor = &v->low;
+    if (!rc && x->stop && !(rc = parse_amount(ctx, "--stop-at", x->stop, c, &v->stop)))
+        v->ch.stop_at_minor = &v->stop;
     if (!rc && x->release &&
         !(rc = cli_parse_duration(ctx, "--release-after", x->release, TALLY_BALANCE_RELEASE_MAX,
-                                  &release)))
-        ch.release_after_s = &release;
-    if (rc)
-        return rc;
+                                  &v->release)))
+        v->ch.release_after_s = &v->release;
+    return rc;
+}
+
+/* A new account has no stored limits: its new ones are checked before the
+ * account is created, so a refusal stores nothing. */
+static int check_new(cli_ctx *ctx, const limit_vals *v)
+{
+    int64_t stop = v->ch.stop_at_minor ? v->stop : 0;
+    if (v->ch.low_minor && v->low <= stop)
+        return cli_error(ctx, CLI_USAGE, "the low-balance mark must be above the stop mark");
+    return CLI_OK;
+}
+
+static int set_limits(cli_ctx *ctx, tally_ledger *l, const tally_account *a, limit_vals *v)
+{
     char why[256] = "";
-    tally_err e = tally_limits_set(l, a->id, &ch, why, sizeof why);
+    tally_err e = tally_limits_set(l, a->id, &v->ch, why, sizeof why);
     if (e)
         return cli_error_for(ctx, e, "%s", why[0] ? why : tally_ledger_errmsg(l));
     return CLI_OK;
@@ -102,14 +120,23 @@ int cmd_account(cli_ctx *ctx, int argc, char **argv)
     if (rc)
         return rc;
     bool limits = x.low || x.stop || x.release;
-    tally_err e = TALLY_OK;
     tally_account a;
-    if (currency || tz || name || !limits)
+    limit_vals v;
+    char code[4] = "";
+    bool is_new = tally_ledger_account_get(l, pos[1], &a) == TALLY_NOT_FOUND;
+    tally_err e = limits ? tally_ledger_currency_for(l, pos[1], currency, code) : TALLY_OK;
+    if (e == TALLY_OK && limits && (rc = parse_limits(ctx, code, &x, &v)) == CLI_OK && is_new)
+        rc = check_new(ctx, &v);
+    if (rc) {
+        tally_ledger_close(l);
+        return rc;
+    }
+    if (e == TALLY_OK && (currency || tz || name || !limits || is_new))
         e = tally_ledger_account_set(l, pos[1], currency, tz, name);
     if (e == TALLY_OK)
         e = tally_ledger_account_get(l, pos[1], &a);
     if (e == TALLY_OK && limits)
-        rc = set_limits(ctx, l, &a, &x);
+        rc = set_limits(ctx, l, &a, &v);
     if (e == TALLY_OK && rc == CLI_OK)
         print_account(l, &a);
     else if (e == TALLY_NOT_FOUND)
