@@ -2,10 +2,14 @@
  *
  *   1. starts the embedded broker (`tally broker`, its own process);
  *   2. produces the fixture stream (cli/demo_stream.c) to it, keyed by account;
- *   3. meters it exactly once into a fresh ledger (`tally meter --until-idle`);
- *   4. finalizes, signs and writes the March 2026 invoices;
- *   5. announces them on the invoices topic and prints where the files are
- *      (the invoice run itself prints one line per invoice).
+ *   3. meters it exactly once into a fresh ledger (`tally meter --until-idle`),
+ *      while lotus-startup's balance runs out (cli/demo_balance.h);
+ *   4. tops lotus-startup up with a prepaid grant, sent twice under one
+ *      idempotency key;
+ *   5. finalizes, signs and writes the March 2026 invoices;
+ *   6. announces them and the balance events on the invoices topic, and
+ *      prints where the files are, and the balance events as a consumer
+ *      reads them (the invoice run itself prints one line per invoice).
  * Everything lands in a fresh output folder. */
 #include <errno.h>
 #include <signal.h>
@@ -18,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "demo_balance.h"
 #include "demo_stream.h"
 #include "tally/buf.h"
 #include "tally/producer.h"
@@ -35,6 +40,7 @@ typedef struct demo {
     pid_t broker;
     pid_t meter;
     long produced;
+    demo_balance_point before_stream, after_stream, after_topup;
 } demo;
 
 static int make_out_dir(demo *d, const char *wanted)
@@ -222,9 +228,56 @@ static const char *self_path(const demo *d, char *buf, size_t cap)
     return d->self;
 }
 
+/* After the stream: how far lotus-startup's balance fell while the meter
+ * consumed, and how many balance events the meter's commits wrote. */
+static int balance_after_stream(demo *d)
+{
+    int n = 0, rc = demo_balance_read(d->ctx, d->db, &d->after_stream);
+    if (!rc)
+        rc = demo_balance_outbox_count(d->ctx, d->db, &n);
+    if (rc)
+        return rc;
+    printf("   %s%s:\n", DEMO_PREPAID_ACCOUNT,
+           d->after_stream.state == TALLY_BALANCE_EXHAUSTED ? " ran out while the meter consumed"
+                                                            : " while the meter consumed");
+    demo_balance_print("     balance before the stream", &d->before_stream, false);
+    demo_balance_print("\n     balance after it", &d->after_stream, true);
+    printf("\n     the meter's commits wrote %d of its balance events to the outbox\n", n);
+    return CLI_OK;
+}
+
+/* A prepaid top-up after the stream, sent twice with one idempotency key as
+ * a client that timed out would: the retry stores nothing and prints the
+ * first grant. Says whether it pays any of the account's March draft. */
+static int top_up(demo *d)
+{
+    static const char *const grant[] = {
+        "credit", "grant",   DEMO_PREPAID_ACCOUNT, DEMO_TOPUP_AMOUNT,
+        "--kind", "prepaid", "--idempotency-key",  DEMO_TOPUP_KEY,
+        NULL};
+    tally_invoice_summary before, after;
+    int rc = demo_balance_draft(d->ctx, d->db, &before);
+    if (rc)
+        return rc;
+    printf("   $ tally credit grant %s %s --kind prepaid --idempotency-key %s\n",
+           DEMO_PREPAID_ACCOUNT, DEMO_TOPUP_AMOUNT, DEMO_TOPUP_KEY);
+    if ((rc = run_self(d, grant)))
+        return rc;
+    printf("   the same request again, as a client that timed out retries it:\n");
+    if ((rc = run_self(d, grant)) || (rc = demo_balance_read(d->ctx, d->db, &d->after_topup)) ||
+        (rc = demo_balance_draft(d->ctx, d->db, &after)))
+        return rc;
+    demo_balance_print("   balance", &d->after_stream, false);
+    demo_balance_print(" ->", &d->after_topup, true);
+    printf("\n");
+    demo_balance_draft_change(&before, &after);
+    return CLI_OK;
+}
+
 static void summary(const demo *d)
 {
     char self[1024];
+    demo_balance_events(d->bootstrap, &d->before_stream, &d->after_stream, &d->after_topup);
     printf("\n  messages produced: %ld (including redelivered duplicates and poison)\n",
            d->produced);
     printf("  invoices (JSON, CSV, HTML): %s/\n  ledger: %s\n  signing key: %s\n", d->out, d->db,
@@ -252,7 +305,7 @@ static int steps(demo *d)
     printf("   bootstrap %s\n== 3. metering (exactly once, until idle) while producing the "
            "fixture stream\n",
            d->bootstrap);
-    if ((rc = start_meter(d)))
+    if ((rc = demo_balance_read(d->ctx, d->db, &d->before_stream)) || (rc = start_meter(d)))
         return rc;
     rc = produce(d);
     if (rc) {
@@ -264,15 +317,19 @@ static int steps(demo *d)
     }
     printf("   produced %ld messages; the meter stops once the stream has been idle for 5 s\n",
            d->produced);
-    if ((rc = wait_meter(d)))
+    if ((rc = wait_meter(d)) || (rc = balance_after_stream(d)))
         return rc;
-    printf("== 4. invoices for %s\n", DEMO_PERIOD);
+    printf("== 4. a prepaid top-up for %s, with an idempotency key\n", DEMO_PREPAID_ACCOUNT);
+    if ((rc = top_up(d)))
+        return rc;
+    printf("== 5. invoices for %s\n", DEMO_PERIOD);
     const char *args[8];
     memcpy(args, inv, sizeof inv);
     args[6] = d->out;
     if ((rc = run_self(d, args)))
         return rc;
-    printf("== 5. announcing the invoices (CloudEvents on Kafka, from the ledger's outbox)\n");
+    printf("== 6. announcing the invoices and balance events (CloudEvents on Kafka, from the "
+           "ledger's outbox)\n");
     if ((rc = announce(d)))
         return rc;
     summary(d);

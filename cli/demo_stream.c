@@ -9,8 +9,11 @@ const demo_step demo_setup[] = {
     {{"account", "set", "acme-ai", "--name", "Acme AI Ltd", NULL}},
     {{"account", "set", "nebula-labs", "--name", "Nebula Labs", NULL}},
     {{"account", "set", "orbit-research", "--name", "Orbit Research Institute", NULL}},
+    /* Under spend control before its first usage (cli/demo_balance.c): its trial ended on
+     * 2026-03-31, so its usage after that is owed; low once it owes anything, suspended at
+     * 1.00 owed. Set before the grant, so the grant itself crosses nothing. */
     {{"account", "set", "lotus-startup", "--name", "Lotus Startup", "--timezone", "Asia/Shanghai",
-      NULL}},
+      "--low-balance", "0.00", "--stop-at", "-1.00", NULL}},
     {{"account", "set", "pixel-storage", "--name", "Pixel Storage Co", NULL}},
     {{"spot", "set", "rtx4090", "0.80", "--from", "2026-03-10T12:00:00Z", NULL}},
     {{"commit", "add", "orbit-research", "--sku", "h100", "--cards", "4", "--from",
