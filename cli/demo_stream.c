@@ -6,9 +6,12 @@
 #include "tally/event.h"
 
 const demo_step demo_setup[] = {
-    {{"account", "set", "acme-ai", "--name", "Acme AI Ltd", NULL}},
+    /* Trusted customers: billed in arrears with a credit line, so their vouchers and
+     * coupons running out suspends nothing (a stop mark of -100,000.00). */
+    {{"account", "set", "acme-ai", "--name", "Acme AI Ltd", "--stop-at", "-100000.00", NULL}},
     {{"account", "set", "nebula-labs", "--name", "Nebula Labs", NULL}},
-    {{"account", "set", "orbit-research", "--name", "Orbit Research Institute", NULL}},
+    {{"account", "set", "orbit-research", "--name", "Orbit Research Institute", "--stop-at",
+      "-100000.00", NULL}},
     /* Under spend control before its first usage (cli/demo_balance.c): its trial ended on
      * 2026-03-31, so its usage after that is owed; low once it owes anything, suspended at
      * 1.00 owed. Set before the grant, so the grant itself crosses nothing. */
