@@ -49,7 +49,7 @@ static const chain_table tables[] = {
      "outbox row"},
     {"offset_gaps",
      "id, topic, partition, from_offset, to_offset, kind, stored_next, log_start, log_end, "
-     "created_at",
+     "created_at, state",
      "'offset gap ' || t.id || ' (' || t.topic || '/' || t.partition || ')'", "offset gap"},
 };
 
