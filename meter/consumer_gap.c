@@ -2,7 +2,8 @@
  * below the broker's log start (retention), or above its log end (the
  * topic was recreated, or an embedded broker restarted). Either way some
  * usage was never read. The meter never jumps over it silently: it checks
- * each partition's watermarks when the partition is assigned and whenever
+ * each partition's watermarks when the partition is assigned (in the poll
+ * loop, while the partition is paused: consumer_group.c) and whenever
  * librdkafka reports an offset reset (auto.offset.reset=error), logs the
  * partition and the missing range, and stops, unless the operator named the
  * partition with --accept-gap (or gave --accept-gaps): then the gap is
