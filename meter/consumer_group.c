@@ -101,7 +101,7 @@ static void pause_assigned(tally_consumer *c, rd_kafka_topic_partition_list_t *l
 {
     rd_kafka_resp_err_t err = rd_kafka_pause_partitions(c->rk, list);
     for (int i = 0; i < list->cnt; i++)
-        if (err || list->elems[i].err) {
+        if ((err || list->elems[i].err) && strcmp(list->elems[i].topic, c->topic) == 0) {
             tally_log(TALLY_LOG_WARNING, "meter", "%s/%d: cannot pause it for its check: %s",
                       c->topic, (int)list->elems[i].partition,
                       rd_kafka_err2str(err ? err : list->elems[i].err));
