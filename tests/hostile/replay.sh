@@ -54,8 +54,10 @@ acme=$(t apikey create --account acme-ai 2>/dev/null | tail -1)
 rival=$(t apikey create --account rival 2>/dev/null | tail -1)
 host=$(t apikey create --ingest --source //hosts/ 2>/dev/null | tail -1)
 flood=$(t apikey create --ingest --source //flood/ 2>/dev/null | tail -1)
-t serve --listen 127.0.0.1:0 --header-timeout 2 --ingest-rate 50 --ingest-burst 50 \
-  >"$work/serve.out" 2>"$work/serve.err" &
+# Not through t(): $! of a backgrounded function is its subshell, and
+# killing that left the server running after the script.
+"$tally" --db "$db" --key "$key" serve --listen 127.0.0.1:0 --header-timeout 2 \
+  --ingest-rate 50 --ingest-burst 50 >"$work/serve.out" 2>"$work/serve.err" &
 serve_pid=$!
 for _ in $(seq 50); do
   addr=$(head -1 "$work/serve.out" 2>/dev/null || true)
