@@ -1,6 +1,7 @@
 /* What the Kafka path records so that nothing is skipped silently: offset
- * gaps an operator accepted, and which quarantined messages have had their
- * dead-letter copy (schemas/006_kafka_hostile.sql). */
+ * gaps the meter stopped at and those an operator accepted, and which
+ * quarantined messages have had their dead-letter copy
+ * (schemas/006_kafka_hostile.sql, 010_gap_state.sql). */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -15,17 +16,16 @@ static tally_err step_done(tally_ledger *l, sqlite3_stmt *st)
     return e;
 }
 
-static tally_err insert_gap(tally_ledger *l, const tally_offset_gap *g)
+/* Whether g is a gap the ledger can record: a kind it knows, a range. */
+static bool gap_valid(const tally_offset_gap *g)
 {
-    sqlite3_stmt *st;
-    tally_err e =
-        ledger_prepare(l,
-                       "INSERT INTO offset_gaps(topic, partition, from_offset, to_offset, "
-                       "kind, stored_next, log_start, log_end, created_at) "
-                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                       &st);
-    if (e)
-        return e;
+    return g && g->topic && *g->topic && g->partition >= 0 && g->from >= 0 && g->to >= g->from &&
+           g->log_start >= 0 && g->stored_next >= 0 && g->kind &&
+           (strcmp(g->kind, "retention") == 0 || strcmp(g->kind, "restarted") == 0);
+}
+
+static void bind_gap(sqlite3_stmt *st, const tally_offset_gap *g)
+{
     sqlite3_bind_text(st, 1, g->topic, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, g->partition);
     sqlite3_bind_int64(st, 3, g->from);
@@ -35,6 +35,20 @@ static tally_err insert_gap(tally_ledger *l, const tally_offset_gap *g)
     sqlite3_bind_int64(st, 7, g->log_start);
     sqlite3_bind_int64(st, 8, g->log_end);
     sqlite3_bind_int64(st, 9, (sqlite3_int64)time(NULL));
+}
+
+static tally_err insert_gap(tally_ledger *l, const tally_offset_gap *g)
+{
+    sqlite3_stmt *st;
+    tally_err e =
+        ledger_prepare(l,
+                       "INSERT INTO offset_gaps(topic, partition, from_offset, to_offset, "
+                       "kind, stored_next, log_start, log_end, created_at, state) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'accepted')",
+                       &st);
+    if (e)
+        return e;
+    bind_gap(st, g);
     return step_done(l, st);
 }
 
@@ -66,9 +80,7 @@ static tally_err move_offset(tally_ledger *l, const tally_offset_gap *g)
 
 tally_err tally_ledger_gap_accept(tally_ledger *l, const tally_offset_gap *g)
 {
-    if (!g || !g->topic || !*g->topic || g->partition < 0 || g->from < 0 || g->to < g->from ||
-        g->log_start < 0 || g->stored_next < 0 || !g->kind ||
-        (strcmp(g->kind, "retention") != 0 && strcmp(g->kind, "restarted") != 0))
+    if (!gap_valid(g))
         return TALLY_INVAL;
     tally_err e = ledger_begin(l);
     if (e)
@@ -81,6 +93,47 @@ tally_err tally_ledger_gap_accept(tally_ledger *l, const tally_offset_gap *g)
         return e;
     }
     return ledger_commit(l);
+}
+
+/* The open row is written only while the partition's stored offset is
+ * still g->stored_next and the partition has no open gap at that offset
+ * (one that no accepted row follows): a meter restarted in a loop at the
+ * same gap records it once. */
+static const char open_gap_sql[] =
+    "INSERT INTO offset_gaps(topic, partition, from_offset, to_offset, kind, stored_next, "
+    "log_start, log_end, created_at, state) "
+    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'open' "
+    "WHERE EXISTS (SELECT 1 FROM offsets WHERE topic = ?1 AND partition = ?2 AND "
+    "next_offset = ?6) "
+    "AND NOT EXISTS (SELECT 1 FROM offset_gaps g WHERE g.topic = ?1 AND g.partition = ?2 AND "
+    "g.state = 'open' AND g.stored_next = ?6 AND NOT EXISTS (SELECT 1 FROM offset_gaps a "
+    "WHERE a.topic = ?1 AND a.partition = ?2 AND a.state = 'accepted' AND a.id > g.id))";
+
+tally_err tally_ledger_gap_open(tally_ledger *l, const tally_offset_gap *g, bool *recorded)
+{
+    *recorded = false;
+    if (!gap_valid(g))
+        return TALLY_INVAL;
+    sqlite3_stmt *st;
+    tally_err e = ledger_begin(l);
+    if (e)
+        return e;
+    e = ledger_prepare(l, open_gap_sql, &st);
+    if (!e) {
+        bind_gap(st, g);
+        e = step_done(l, st);
+    }
+    if (!e)
+        *recorded = sqlite3_changes(l->db) == 1;
+    if (e) {
+        ledger_rollback(l);
+        *recorded = false;
+        return e;
+    }
+    e = ledger_commit(l);
+    if (e)
+        *recorded = false;
+    return e;
 }
 
 tally_err tally_ledger_dlq_mark_sent(tally_ledger *l, const char *const *origins, size_t n)
@@ -187,7 +240,7 @@ tally_err tally_ledger_gap_epoch(tally_ledger *l, const char *topic, int32_t par
     *n = 0;
     tally_err e = ledger_prepare(l,
                                  "SELECT count(*) FROM offset_gaps WHERE topic = ?1 AND "
-                                 "partition = ?2 AND kind = 'restarted'",
+                                 "partition = ?2 AND kind = 'restarted' AND state = 'accepted'",
                                  &st);
     if (e)
         return e;

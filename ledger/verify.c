@@ -722,9 +722,10 @@ static tally_err check_documents(vctx *v)
 
 /* ---- shards of a ledger directory ----------------------------------------- */
 
-/* Each shard is a ledger file of its own that chains its own usage batches
- * (and the accounts it first saw): its integrity, triggers and chain are
- * checked like main.db's, and a failure names the shard. */
+/* Each shard is a ledger file of its own that chains its own usage batches,
+ * the accounts it first saw and its offset gaps (open and accepted): its
+ * integrity, triggers and chain are checked like main.db's, and a failure
+ * names the shard. */
 static tally_err check_shard(vctx *v, const char *name)
 {
     char path[4096], why[512] = "";

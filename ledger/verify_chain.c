@@ -51,7 +51,7 @@ static const chain_table tables[] = {
      "'limits of account ' || t.account", "account limits row"},
     {"offset_gaps",
      "id, topic, partition, from_offset, to_offset, kind, stored_next, log_start, log_end, "
-     "created_at",
+     "created_at, state",
      "'offset gap ' || t.id || ' (' || t.topic || '/' || t.partition || ')'", "offset gap"},
 };
 

@@ -357,6 +357,8 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
 static int poll_timeout(const tally_consumer *c, int64_t now_ms)
 {
     const chunk *k = &c->chunks[c->fill];
+    if (c->pending) /* a partition waits for its start to be tried again */
+        return 10;
     if (k->n == 0)
         return POLL_MS;
     if (c->in_flight)
@@ -367,7 +369,8 @@ static int poll_timeout(const tally_consumer *c, int64_t now_ms)
 
 static bool idle_done(tally_consumer *c, int64_t now_ms)
 {
-    if (c->o.until_idle_ms <= 0 || !c->joined || c->in_flight || c->chunks[c->fill].n > 0)
+    if (c->o.until_idle_ms <= 0 || !c->joined || c->pending || c->in_flight ||
+        c->chunks[c->fill].n > 0)
         return false;
     if (now_ms - c->last_msg_ms < c->o.until_idle_ms)
         return false;
@@ -419,6 +422,8 @@ static void consume_once(tally_consumer *c)
         take(c, m, now_s, now_ms);
         rd_kafka_message_destroy(m);
         const chunk *k = &c->chunks[c->fill];
+        if (c->unchecked) /* assigned in that poll: checked before anything is taken */
+            break;
         if (chunk_full(k) || (!c->in_flight && (int64_t)k->n >= c->o.batch_events))
             break;
     }
@@ -444,6 +449,9 @@ tally_err tally_consumer_run(tally_consumer *c, volatile sig_atomic_t *stop,
     int64_t start_ms = c->start_ms = cons_now_ms();
     c->next_progress_ms = start_ms + PROGRESS_MS;
     while (!(stop && *stop) && !c->fatal) {
+        group_start_pending(c);
+        if (c->fatal)
+            break;
         consume_once(c);
         int64_t now_ms = cons_now_ms();
         progress_tick(c, progress, ctx, start_ms, now_ms);

@@ -2,12 +2,14 @@
  * below the broker's log start (retention), or above its log end (the
  * topic was recreated, or an embedded broker restarted). Either way some
  * usage was never read. The meter never jumps over it silently: it checks
- * each partition's watermarks when the partition is assigned and whenever
+ * each partition's watermarks when the partition is assigned (in the poll
+ * loop, while the partition is paused: consumer_group.c) and whenever
  * librdkafka reports an offset reset (auto.offset.reset=error), logs the
  * partition and the missing range, and stops, unless the operator named the
  * partition with --accept-gap (or gave --accept-gaps): then the gap is
- * recorded in the ledger (offset_gaps) and the partition goes on from the
- * log start. */
+ * recorded in the ledger (offset_gaps, state accepted) and the partition
+ * goes on from the log start. A gap it stops at is recorded too (state
+ * open, the offset unmoved), so `tally serve`'s /metrics shows both. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +68,23 @@ static tally_err record_gap(tally_consumer *c, const tally_offset_gap *g)
     return TALLY_OK;
 }
 
+/* Records a gap the partition stops at (state open) without moving its
+ * offset, so /metrics shows it; a failure is logged and changes nothing
+ * else (the partition stops either way). */
+static void record_open(tally_consumer *c, const tally_offset_gap *g)
+{
+    tally_ledger *l = shard_ledger_of(c, g->partition);
+    bool recorded = false;
+    if (tally_ledger_gap_open(l, g, &recorded) != TALLY_OK) {
+        tally_log(TALLY_LOG_ERR, "meter", "%s/%d: cannot record the open gap: %s", c->topic,
+                  (int)g->partition, tally_ledger_errmsg(l));
+        return;
+    }
+    if (recorded)
+        tally_log(TALLY_LOG_ERR, "meter", "%s/%d: recorded in offset_gaps as open", c->topic,
+                  (int)g->partition);
+}
+
 /* Logs a gap found on g->partition and counts it; returns 0 if the operator
  * accepted it and it is recorded (the ledger now holds g->log_start), -1 if
  * the partition stops. */
@@ -83,12 +102,14 @@ static int report_gap(tally_consumer *c, const tally_offset_gap *g)
     c->st.gap_partition = g->partition;
     c->st.gap_from = g->from;
     c->st.gap_to = g->to;
-    if (!accept)
+    if (!accept) {
         tally_log(TALLY_LOG_ERR, "meter",
                   "%s/%d: stopping this partition; `tally meter --accept-gap %s/%d` records "
                   "the gap in the ledger and goes on from offset %lld",
                   c->topic, (int)g->partition, c->topic, (int)g->partition,
                   (long long)g->log_start);
+        record_open(c, g);
+    }
     if (!accept || record_gap(c, g) != TALLY_OK) {
         c->st.gaps++;
         return -1;

@@ -1,12 +1,17 @@
 /* The meter's group membership: assignments start from the offsets stored
- * in the ledger, revocations commit the open chunk before letting go, and a
- * stale commit restarts every partition from the ledger. */
+ * in the ledger, paused until the poll loop has checked each partition's
+ * watermarks (group_start_pending), revocations commit the open chunk
+ * before letting go, and a stale commit restarts every partition from the
+ * ledger. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "meter_int.h"
 #include "tally/log.h"
+
+#define SEEK_MS       5000  /* one seek of checked partitions to their start */
+#define SEEK_RETRY_MS 10000 /* then the partitions are assigned again */
 
 part *group_part(tally_consumer *c, int32_t partition)
 {
@@ -34,18 +39,9 @@ static tally_err grow_parts(tally_consumer *c, int32_t partition)
 static void unassign_all(tally_consumer *c)
 {
     for (int32_t i = 0; i < c->n_parts; i++)
-        c->parts[i].assigned = false;
+        c->parts[i].assigned = c->parts[i].pending = false;
+    c->pending = c->unchecked = false;
     c->st.partitions = 0;
-}
-
-/* Sends the dead-letter copies that the ledger does not record as
- * delivered (an earlier run failed or died before recording them). A copy
- * that fails again is tried on the next assignment; it never holds back
- * the partition's Kafka offset. */
-static void replay_dlq(tally_consumer *c, const rd_kafka_topic_partition_list_t *list)
-{
-    for (int i = 0; i < list->cnt; i++)
-        (void)dlq_replay(c, list->elems[i].partition);
 }
 
 /* The topic's partition count from the broker's metadata; 0 if unknown. */
@@ -64,26 +60,17 @@ static int32_t topic_partitions(tally_consumer *c)
     return n;
 }
 
-/* A copy of list without the partitions stopped at a gap; NULL: no memory. */
-static rd_kafka_topic_partition_list_t *without_stopped(const rd_kafka_topic_partition_list_t *list)
+/* Reads one listed partition's stored offset (the beginning if none) and
+ * the mark of the message before it, and marks it pending: it is assigned
+ * paused, and nothing of it is consumed until the poll loop has checked its
+ * watermarks (group_start_pending). It is assigned at the message before
+ * the stored offset when the ledger has its mark, since that message is
+ * read again to check the log (consumer_gap.c): the offset it will most
+ * likely start at. */
+static tally_err start_partition(tally_consumer *c, rd_kafka_topic_partition_t *tp)
 {
-    rd_kafka_topic_partition_list_t *out = rd_kafka_topic_partition_list_new(list->cnt);
-    for (int i = 0; out && i < list->cnt; i++)
-        if (list->elems[i].offset != RD_KAFKA_OFFSET_INVALID)
-            rd_kafka_topic_partition_list_add(out, list->elems[i].topic, list->elems[i].partition)
-                ->offset = list->elems[i].offset;
-    return out;
-}
-
-/* Sets one listed partition's start from the ledger: its stored offset (the
- * beginning if none), checked against the broker's watermarks, or the
- * message before it to verify the log. *stopped: the partition has a gap
- * and is left out (tp->offset is RD_KAFKA_OFFSET_INVALID). */
-static tally_err start_partition(tally_consumer *c, rd_kafka_topic_partition_t *tp, bool *stopped)
-{
-    int64_t next = -1, mark = 0, lo = -1, ignored;
+    int64_t next = -1, mark = 0, ignored;
     bool has_mark = false;
-    *stopped = false;
     tally_err e = grow_parts(c, tp->partition);
     if (!e)
         e = c->o.shards ? shard_take(c, tp->partition, &next)
@@ -93,61 +80,48 @@ static tally_err start_partition(tally_consumer *c, rd_kafka_topic_partition_t *
         e = tally_ledger_offset_mark(l, c->topic, tp->partition, &ignored, &mark, &has_mark);
     if (e)
         return e;
-    if (gap_check(c, tp->partition, &next, &lo) != 0) {
-        tp->offset = RD_KAFKA_OFFSET_INVALID;
-        *stopped = true;
-        return TALLY_OK;
-    }
     part *p = &c->parts[tp->partition];
-    if ((e = tally_ledger_gap_epoch(l, c->topic, tp->partition, &p->epoch)))
-        return e;
-    p->assigned = true;
+    p->assigned = false;
+    p->pending = true;
+    p->checked = false;
     p->kafka_hold = false;
     p->next = p->chain = next;
-    tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
-    /* The message the ledger ends at is read again, to check that this log
-     * is the one the ledger read (consumer_gap.c). */
-    p->verify_at = has_mark && next > 0 && next - 1 >= lo ? next - 1 : -1;
+    p->has_mark = has_mark;
     p->mark = mark;
-    if (p->verify_at >= 0)
-        tp->offset = p->verify_at;
+    p->verify_at = -1;
+    tp->offset = has_mark && next > 0 ? next - 1 : next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
+    p->assigned_at = tp->offset;
     return TALLY_OK;
 }
 
-/* After a partition stopped at a gap: assigns the others (their open
- * batches are committed on the way out) and stops the meter, exit 1. */
-static void assign_but_stopped(tally_consumer *c, const rd_kafka_topic_partition_list_t *list)
+/* Pauses the listed partitions right after their assignment, before this
+ * thread polls again. A partition the pause missed is still not consumed:
+ * take() drops messages of a pending partition, and it starts with a seek. */
+static void pause_assigned(tally_consumer *c, rd_kafka_topic_partition_list_t *list)
 {
-    rd_kafka_topic_partition_list_t *rest = without_stopped(list);
-    if (rest && c->dlq)
-        replay_dlq(c, rest);
-    if (!rest || rd_kafka_assign(c->rk, rest) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        unassign_all(c);
-    else
-        c->st.partitions = rest->cnt;
-    if (rest)
-        rd_kafka_topic_partition_list_destroy(rest);
-    c->fatal = TALLY_KAFKA;
+    rd_kafka_resp_err_t err = rd_kafka_pause_partitions(c->rk, list);
+    for (int i = 0; i < list->cnt; i++)
+        if ((err || list->elems[i].err) && strcmp(list->elems[i].topic, c->topic) == 0) {
+            tally_log(TALLY_LOG_WARNING, "meter", "%s/%d: cannot pause it for its check: %s",
+                      c->topic, (int)list->elems[i].partition,
+                      rd_kafka_err2str(err ? err : list->elems[i].err));
+            c->parts[list->elems[i].partition].assigned_at = RD_KAFKA_OFFSET_INVALID;
+        }
 }
 
-/* Sets each listed partition's start from the ledger and assigns them.
- * Nothing may be in flight. */
+/* Reads each listed partition's start from the ledger, assigns them all
+ * paused, and leaves their watermark check to the poll loop (a rebalance
+ * callback that queried the broker for each partition delayed the assign
+ * by up to WATERMARK_MS a partition). Nothing may be in flight. */
 static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_t *list)
 {
     tally_err e = TALLY_OK;
-    int stopped = 0;
     unassign_all(c);
-    if (c->o.shards && list->cnt > 0)
-        c->topic_parts = topic_partitions(c);
     if (c->o.shards)
         shard_retain(c, list);
-    for (int i = 0; i < list->cnt && !e; i++) {
-        bool stop = false;
-        if (strcmp(list->elems[i].topic, c->topic) != 0)
-            continue;
-        e = start_partition(c, &list->elems[i], &stop);
-        stopped += stop;
-    }
+    for (int i = 0; i < list->cnt && !e; i++)
+        if (strcmp(list->elems[i].topic, c->topic) == 0)
+            e = start_partition(c, &list->elems[i]);
     if (e) {
         tally_log(TALLY_LOG_ERR, "meter", "cannot read stored offsets: %s (%s)", tally_err_str(e),
                   tally_ledger_errmsg(c->l));
@@ -156,12 +130,6 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
         (void)rd_kafka_assign(c->rk, NULL);
         return;
     }
-    if (stopped) {
-        assign_but_stopped(c, list);
-        return;
-    }
-    if (c->dlq)
-        replay_dlq(c, list);
     rd_kafka_resp_err_t err = rd_kafka_assign(c->rk, list);
     if (err) {
         tally_log(TALLY_LOG_ERR, "meter", "assign failed: %s", rd_kafka_err2str(err));
@@ -169,8 +137,131 @@ static void assign_from_ledger(tally_consumer *c, rd_kafka_topic_partition_list_
         unassign_all(c);
         return;
     }
-    c->st.partitions = list->cnt;
+    if (list->cnt > 0) {
+        pause_assigned(c, list);
+        c->pending = c->unchecked = true;
+        c->pending_since_ms = cons_now_ms();
+        c->topic_parts_due = c->o.shards != NULL;
+    }
     c->last_msg_ms = cons_now_ms();
+}
+
+/* Checks one pending partition's stored offset against the watermarks and
+ * decides where it starts (p->start); false: it stops at a gap (it stays
+ * paused and is never consumed). */
+static bool check_partition(tally_consumer *c, int32_t partition)
+{
+    part *p = &c->parts[partition];
+    int64_t next = p->next, lo = -1;
+    if (gap_check(c, partition, &next, &lo) != 0)
+        return false;
+    tally_ledger *l = shard_ledger_of(c, partition);
+    tally_err e = tally_ledger_gap_epoch(l, c->topic, partition, &p->epoch);
+    if (e) {
+        tally_log(TALLY_LOG_ERR, "meter", "%s/%d: cannot read its accepted gaps: %s", c->topic,
+                  (int)partition, tally_ledger_errmsg(l));
+        c->fatal = e;
+        return false;
+    }
+    p->next = p->chain = next;
+    /* The message the ledger ends at is read again, to check that this log
+     * is the one the ledger read (consumer_gap.c). */
+    p->verify_at = p->has_mark && next > 0 && next - 1 >= lo ? next - 1 : -1;
+    p->start = p->verify_at >= 0 ? p->verify_at : next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
+    p->checked = true;
+    /* The dead-letter copies the ledger does not record as delivered (an
+     * earlier run failed or died before recording them). A copy that fails
+     * again is tried on the next assignment; it never holds back the
+     * partition's Kafka offset. */
+    if (c->dlq)
+        (void)dlq_replay(c, partition);
+    return true;
+}
+
+/* Seeks the checked partitions whose start is not where they were
+ * assigned, then resumes them and every other checked one. A partition
+ * whose seek fails (its fetcher has not started yet, as after a rebalance
+ * with commits in flight) stays pending and is tried again on the next
+ * turn of the poll loop. */
+static void resume_checked(tally_consumer *c, rd_kafka_topic_partition_list_t *go)
+{
+    rd_kafka_topic_partition_list_t *seek = rd_kafka_topic_partition_list_new(go->cnt);
+    for (int i = 0; i < go->cnt; i++) {
+        const part *p = &c->parts[go->elems[i].partition];
+        if (p->start != p->assigned_at)
+            rd_kafka_topic_partition_list_add(seek, c->topic, go->elems[i].partition)->offset =
+                p->start;
+    }
+    if (seek->cnt > 0) {
+        rd_kafka_error_t *err = rd_kafka_seek_partitions(c->rk, seek, SEEK_MS);
+        for (int i = 0; i < seek->cnt; i++) {
+            part *p = &c->parts[seek->elems[i].partition];
+            if (!err && !seek->elems[i].err)
+                p->assigned_at = p->start;
+        }
+        if (err)
+            rd_kafka_error_destroy(err);
+    }
+    rd_kafka_topic_partition_list_destroy(seek);
+    rd_kafka_topic_partition_list_t *ready = rd_kafka_topic_partition_list_new(go->cnt);
+    for (int i = 0; i < go->cnt; i++) {
+        part *p = &c->parts[go->elems[i].partition];
+        if (p->start != p->assigned_at) {
+            c->pending = true;
+            continue;
+        }
+        rd_kafka_topic_partition_list_add(ready, c->topic, go->elems[i].partition);
+        p->pending = false;
+        p->assigned = true;
+        c->st.partitions++;
+    }
+    if (ready->cnt > 0 && rd_kafka_resume_partitions(c->rk, ready) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        c->fatal = TALLY_KAFKA;
+    rd_kafka_topic_partition_list_destroy(ready);
+}
+
+void group_start_pending(tally_consumer *c)
+{
+    if (!c->pending || c->closing)
+        return;
+    if (c->unchecked)
+        pipeline_seal(c, true); /* the checks read and write the ledger */
+    if (c->fatal || !c->pending)
+        return;
+    if (c->topic_parts_due) { /* for the misrouted check (consumer.c) */
+        c->topic_parts = topic_partitions(c);
+        c->topic_parts_due = false;
+    }
+    c->pending = c->unchecked = false;
+    bool stopped = false;
+    rd_kafka_topic_partition_list_t *go = rd_kafka_topic_partition_list_new(c->n_parts);
+    for (int32_t i = 0; i < c->n_parts && !c->fatal; i++) {
+        part *p = &c->parts[i];
+        if (!p->pending)
+            continue;
+        if (!p->checked && !check_partition(c, i)) {
+            p->pending = false; /* stopped at a gap: it stays paused */
+            stopped = true;
+            continue;
+        }
+        rd_kafka_topic_partition_list_add(go, c->topic, i);
+    }
+    if (!c->fatal && go->cnt > 0)
+        resume_checked(c, go);
+    rd_kafka_topic_partition_list_destroy(go);
+    if (stopped) /* the others' open batches are committed on the way out */
+        c->fatal = TALLY_KAFKA;
+    if (c->pending && !c->fatal && cons_now_ms() - c->pending_since_ms > SEEK_RETRY_MS) {
+        tally_log(TALLY_LOG_WARNING, "meter",
+                  "partitions could not be started at their checked offsets for %ds; "
+                  "assigning them again",
+                  SEEK_RETRY_MS / 1000);
+        pipeline_seal(c, true);
+        if (!c->fatal)
+            group_reassign(c);
+    }
+    if (!c->pending)
+        c->last_msg_ms = cons_now_ms();
 }
 
 /* Before letting partitions go, their ledger offsets are committed to Kafka
@@ -215,14 +306,21 @@ void group_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         tally_shard_release_all(c->o.shards);
 }
 
-void group_reassign(tally_consumer *c)
+/* Assigns the partitions that are ours (consumed, or pending their check)
+ * again from the ledger. */
+static void assign_ours_again(tally_consumer *c)
 {
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(c->n_parts);
     for (int32_t i = 0; i < c->n_parts; i++)
-        if (c->parts[i].assigned)
+        if (c->parts[i].assigned || c->parts[i].pending)
             rd_kafka_topic_partition_list_add(list, c->topic, i);
     assign_from_ledger(c, list);
     rd_kafka_topic_partition_list_destroy(list);
+}
+
+void group_reassign(tally_consumer *c)
+{
+    assign_ours_again(c);
 }
 
 void group_resync(tally_consumer *c)
@@ -235,12 +333,7 @@ void group_resync(tally_consumer *c)
             c->parts[i].kafka_hold = true;
         return;
     }
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(c->n_parts);
-    for (int32_t i = 0; i < c->n_parts; i++)
-        if (c->parts[i].assigned)
-            rd_kafka_topic_partition_list_add(list, c->topic, i);
-    assign_from_ledger(c, list);
-    rd_kafka_topic_partition_list_destroy(list);
+    assign_ours_again(c);
 }
 
 int64_t group_lag(tally_consumer *c)

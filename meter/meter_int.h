@@ -252,16 +252,21 @@ typedef struct chunk {
 
 /* What the meter knows about one partition of its topic. */
 typedef struct part {
-    bool assigned;
+    bool assigned; /* ours and consumed */
+    bool pending;  /* ours, paused until its watermarks are checked (group_start_pending) */
+    bool checked;  /* pending, checked: it starts at start */
+    bool has_mark; /* the ledger stored a mark with its offset */
     bool warned_behind;
-    bool kafka_hold;   /* its chain ran ahead of the ledger: commit no more offsets to Kafka */
-    int64_t next;      /* offset after the last message decoded; -1: none yet */
-    int64_t chain;     /* the ledger's next offset once every sealed chunk commits */
-    uint64_t gen;      /* gen of the last chunk that touched it */
-    size_t last_item;  /* its last item in that chunk */
-    int64_t verify_at; /* offset re-read to check the log is the ledger's; -1: none */
-    int64_t mark;      /* the ledger's mark of the message at verify_at */
-    int64_t epoch;     /* restarts of its log the ledger accepted (origins' "+r<n>") */
+    bool kafka_hold;     /* its chain ran ahead of the ledger: commit no more offsets to Kafka */
+    int64_t next;        /* offset after the last message decoded; -1: none yet */
+    int64_t chain;       /* the ledger's next offset once every sealed chunk commits */
+    uint64_t gen;        /* gen of the last chunk that touched it */
+    size_t last_item;    /* its last item in that chunk */
+    int64_t verify_at;   /* offset re-read to check the log is the ledger's; -1: none */
+    int64_t mark;        /* the ledger's mark of the message at verify_at */
+    int64_t epoch;       /* restarts of its log the ledger accepted (origins' "+r<n>") */
+    int64_t assigned_at; /* the offset it was assigned (or sought) at */
+    int64_t start;       /* where it starts once checked */
 } part;
 
 struct tally_consumer {
@@ -283,8 +288,12 @@ struct tally_consumer {
     int32_t n_parts;
     int32_t topic_parts; /* the topic's partition count from metadata; 0: unknown */
     bool joined;
-    bool in_rebalance; /* inside the rebalance callback */
-    bool closing;      /* leaving the group: assign nothing more */
+    bool pending;             /* some partition is pending (not consumed yet) */
+    bool unchecked;           /* some pending partition is not checked yet */
+    int64_t pending_since_ms; /* when the last assignment made them pending */
+    bool topic_parts_due;     /* topic_parts is read again before they start */
+    bool in_rebalance;        /* inside the rebalance callback */
+    bool closing;             /* leaving the group: assign nothing more */
     tally_err fatal;
 
     chunk chunks[2];
@@ -363,9 +372,15 @@ part *group_part(tally_consumer *c, int32_t partition);
 /* Commits the ledger's offsets to Kafka too (async; for lag monitoring). */
 void group_commit_kafka(tally_consumer *c, const chunk *k);
 
-/* Re-assigns every assigned partition from the ledger's offsets (which
- * checks their watermarks again). Nothing may be in flight. */
+/* Re-assigns every partition that is ours from the ledger's offsets (so
+ * their watermarks are checked again). Nothing may be in flight. */
 void group_reassign(tally_consumer *c);
+/* Outside the rebalance callback, from the poll loop: checks each pending
+ * partition's watermarks (gap_check), then seeks it to its start if that is
+ * not where it was assigned and resumes it; a partition with a gap that is
+ * not accepted stays paused and the meter stops (c->fatal). Commits
+ * whatever is in flight first. */
+void group_start_pending(tally_consumer *c);
 
 /* consumer_gap.c */
 /* A mark of one message (a hash of its key and value), stored with the
@@ -378,8 +393,10 @@ bool gap_verify(tally_consumer *c, part *p, const rd_kafka_message_t *m);
 /* Checks a partition's stored next offset (*next, -1: none) against the
  * broker's watermarks. Returns 0 to go on from *next (moved to the log start
  * after an accepted gap, which is recorded in the ledger), -1 to stop the
- * partition (the gap is logged and counted in c->st). Watermarks that
- * cannot be read are no gap (0; *log_start -1). Nothing may be in flight. */
+ * partition (the gap is logged, counted in c->st and recorded as open).
+ * Watermarks that cannot be read are no gap (0; *log_start -1). Blocks up
+ * to WATERMARK_MS: never called in the rebalance callback. Nothing may be
+ * in flight. */
 int gap_check(tally_consumer *c, int32_t partition, int64_t *next, int64_t *log_start);
 /* After librdkafka reported an offset reset (auto.offset.reset=error):
  * commits what is decoded and re-checks every assigned partition. */

@@ -1,12 +1,12 @@
 /* GET /healthz and GET /metrics (Prometheus text format 0.0.4).
  *
  * Both are public: they carry no tenant data (no account ids, only totals,
- * quarantine reasons, accounts per balance state and outbox events per
- * type). Quarantine and outbox counts come from the ledger, counted
- * incrementally by row id so a scrape reads only rows added since the last
- * one (and, for the outbox, the pending rows). Times are integer
- * microseconds written as decimal seconds; nothing here uses floating
- * point. */
+ * quarantine reasons, accounts per balance state, outbox events per type
+ * and Kafka offset gaps by topic and partition). Quarantine and outbox
+ * counts come from the ledger, counted incrementally by row id so a scrape
+ * reads only rows added since the last one (and, for the outbox, the
+ * pending rows). Times are integer microseconds written as decimal seconds;
+ * nothing here uses floating point. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +23,8 @@ static const int64_t bucket_us[SRV_LATENCY_BUCKETS] = {500,     1000,    2500,  
                                                        25000,   50000,   100000,  250000,   500000,
                                                        1000000, 2500000, 5000000, INT64_MAX};
 
-#define MAX_REASONS 256
+#define MAX_REASONS        256
+#define GAP_PARTITIONS_MAX 1024 /* partitions whose gaps are listed one by one */
 
 /* The outbox types that get a label of their own; any other is "other", so
  * the series stay bounded whatever the table holds. */
@@ -260,6 +261,81 @@ static tally_err write_outbox(tally_buf *b, tally_server *s)
     return e;
 }
 
+/* Offset gaps (tally_ledger_gap_stats): per partition, two series of each
+ * family (open, accepted) for at most GAP_PARTITIONS_MAX partitions, then
+ * totals over every partition, so a topic of many partitions cannot grow
+ * a scrape without bound. */
+static const char *const gap_states[] = {"open", "accepted"};
+
+static tally_err gap_series(tally_buf *b, const char *name, const tally_gap_stats *g,
+                            const int64_t v[2])
+{
+    tally_err e = TALLY_OK;
+    for (int i = 0; i < 2 && !e; i++) {
+        e = tally_buf_printf(b, "%s{topic=\"", name);
+        if (!e)
+            e = label(b, g->topic);
+        if (!e)
+            e = tally_buf_printf(b, "\",partition=\"%d\",state=\"%s\"} %lld\n", (int)g->partition,
+                                 gap_states[i], (long long)v[i]);
+    }
+    return e;
+}
+
+static tally_err gap_family(tally_buf *b, const char *name, const char *help,
+                            const tally_gap_stats *g, size_t n, bool messages)
+{
+    tally_err e = tally_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (size_t i = 0; i < n && i < GAP_PARTITIONS_MAX && !e; i++) {
+        int64_t v[2] = {messages ? g[i].open_messages : g[i].open,
+                        messages ? g[i].accepted_messages : g[i].accepted};
+        e = gap_series(b, name, &g[i], v);
+    }
+    return e;
+}
+
+static tally_err write_gaps(tally_buf *b, tally_server *s)
+{
+    tally_gap_stats *g = NULL;
+    size_t n = 0;
+    int64_t all[4] = {0};
+    tally_err e = tally_ledger_gap_stats(s->ledger, &g, &n);
+    for (size_t i = 0; i < n && !e; i++) {
+        all[0] += g[i].open;
+        all[1] += g[i].accepted;
+        all[2] += g[i].open_messages;
+        all[3] += g[i].accepted_messages;
+    }
+    if (!e)
+        e = gap_family(b, "tally_kafka_offset_gaps",
+                       "Kafka offset gaps per partition: open (the meter stopped the partition "
+                       "there) or accepted (recorded with --accept-gap and gone past).",
+                       g, n, false);
+    if (!e)
+        e = gap_family(b, "tally_kafka_offset_gap_messages",
+                       "Offsets never read, per partition, in its open or accepted gaps.", g, n,
+                       true);
+    if (!e)
+        e = tally_buf_printf(
+            b,
+            "# HELP tally_kafka_offset_gaps_all Kafka offset gaps over every partition.\n"
+            "# TYPE tally_kafka_offset_gaps_all gauge\n"
+            "tally_kafka_offset_gaps_all{state=\"open\"} %lld\n"
+            "tally_kafka_offset_gaps_all{state=\"accepted\"} %lld\n"
+            "# HELP tally_kafka_offset_gap_messages_all Offsets never read over every "
+            "partition.\n# TYPE tally_kafka_offset_gap_messages_all gauge\n"
+            "tally_kafka_offset_gap_messages_all{state=\"open\"} %lld\n"
+            "tally_kafka_offset_gap_messages_all{state=\"accepted\"} %lld\n"
+            "# HELP tally_kafka_offset_gap_partitions_omitted Partitions with gaps past the %d "
+            "listed per partition (counted in the _all totals only).\n"
+            "# TYPE tally_kafka_offset_gap_partitions_omitted gauge\n"
+            "tally_kafka_offset_gap_partitions_omitted %lld\n",
+            (long long)all[0], (long long)all[1], (long long)all[2], (long long)all[3],
+            GAP_PARTITIONS_MAX, (long long)(n > GAP_PARTITIONS_MAX ? n - GAP_PARTITIONS_MAX : 0));
+    free(g);
+    return e;
+}
+
 srv_outcome srv_h_metrics(srv_call *c)
 {
     tally_buf *b = &c->resp.body;
@@ -273,6 +349,8 @@ srv_outcome srv_h_metrics(srv_call *c)
         e = write_accounts(b, s->ledger);
     if (!e)
         e = write_outbox(b, s);
+    if (!e)
+        e = write_gaps(b, s);
     if (!e && s->kafka)
         e = srv_kafka_lag(s->kafka, s->ledger, s->topic, b);
     else if (!e)

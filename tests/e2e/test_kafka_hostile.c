@@ -51,6 +51,36 @@ static bool log_has(const env *e, const char *what)
     return tu_sh(NULL, "grep -q -e '%s' '%s'", what, e->log) == 0;
 }
 
+/* The /metrics answer of a `tally serve` started on db, into out. */
+static void metrics_of(const env *e, const char *db, tally_buf *out)
+{
+    char log[700], addr[128];
+    snprintf(log, sizeof log, "%s/serve.log", e->dir);
+    const char *argv[] = {TALLY_BINARY, "--db", db, "serve", "--listen", "127.0.0.1:0", NULL};
+    int out_fd = -1;
+    pid_t s = e2e_spawn(argv, log, NULL, &out_fd);
+    if (!e2e_read_line(out_fd, addr, sizeof addr, 20000))
+        fail_msg("tally serve printed no address (see %s)", log);
+    tally_buf_reset(out);
+    int rc = tu_sh(out, "curl -sS --max-time 20 'http://%s/metrics'", addr);
+    assert_int_equal(e2e_stop(s, SIGTERM, 10000), 0);
+    close(out_fd);
+    assert_int_equal(rc, 0);
+}
+
+/* Asserts that /metrics (text) holds the line "<series> <value>". */
+static void assert_series(const char *text, const char *series, long value)
+{
+    char want[512];
+    snprintf(want, sizeof want, "\n%s %ld\n", series, value);
+    if (!strstr(text, want))
+        fail_msg("/metrics has no line '%s %ld':\n%s", series, value, text);
+}
+
+#define GAPS(state) "tally_kafka_offset_gaps{topic=\"usage\",partition=\"0\",state=\"" state "\"}"
+#define GAP_MSGS(state)                                                                            \
+    "tally_kafka_offset_gap_messages{topic=\"usage\",partition=\"0\",state=\"" state "\"}"
+
 /* n valid events for acct-00 (ids from first), keyed acct-00. */
 static void write_events(const char *path, int first, int n, const char *mode)
 {
@@ -101,17 +131,24 @@ static void test_retention_gap_stops(void **state)
     const char *accept[] = {"--accept-gap", "usage/0", NULL};
     assert_int_equal(meter_run(&e, &b, accept), 0);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM offset_gaps WHERE kind = 'retention' "
-                                     "AND partition = 0 AND from_offset = 100 AND to_offset > 100"),
+                                     "AND partition = 0 AND from_offset = 100 AND to_offset > 100 "
+                                     "AND state = 'accepted'"),
+                     1);
+    /* the run that stopped recorded it as open, offset unmoved */
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM offset_gaps WHERE state = 'open' AND "
+                                     "stored_next = 100 AND id < (SELECT id FROM offset_gaps "
+                                     "WHERE state = 'accepted')"),
                      1);
     assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 7100);
     assert_true(log_has(&e, "gap accepted: offsets 100\\.\\."));
-    /* the accepted gap is part of the ledger's own chain, and verify holds */
+    /* both rows are part of the ledger's own chain, and verify holds */
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM ledger_chain WHERE tbl = 'offset_gaps'"),
-                     1);
+                     2);
     assert_int_equal(tu_tally(NULL, "--db '%s' verify >/dev/null", e.db), 0);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM quarantine WHERE origin LIKE "
                                      "'kafka:usage/0@%' AND raw_size > 1024"),
-                     e2e_count(e.db, "SELECT 7100 - to_offset FROM offset_gaps"));
+                     e2e_count(e.db, "SELECT 7100 - to_offset FROM offset_gaps WHERE state = "
+                                     "'accepted'"));
     e2e_broker_stop(&b);
 }
 
@@ -198,11 +235,32 @@ static void test_restarted_broker_stops(void **state)
     assert_true(log_has(&e, "missing offsets 0\\.\\.99"));
     assert_true(tu_sh(NULL, "grep -q 'gaps=1 gaps_accepted=0 gap=0:0..99' '%s'", e.log) == 0);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 299);
+    /* The gap is in the ledger as open, once however often the meter stops
+     * at it, and a `tally serve` on the ledger shows it in /metrics. */
+    assert_int_equal(meter_run(&e, &b, NULL), 1);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM offset_gaps WHERE state = 'open' AND "
+                                     "kind = 'restarted' AND stored_next = 300"),
+                     1);
+    assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 300);
+    tally_buf m;
+    tally_buf_init(&m, 0);
+    metrics_of(&e, e.db, &m);
+    assert_series(m.data, GAPS("open"), 1);
+    assert_series(m.data, GAP_MSGS("open"), 100);
+    assert_series(m.data, GAPS("accepted"), 0);
+    assert_series(m.data, "tally_kafka_offset_gaps_all{state=\"open\"}", 1);
     const char *accept[] = {"--accept-gaps", NULL};
     assert_int_equal(meter_run(&e, &b, accept), 0);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM offset_gaps WHERE kind = 'restarted' "
-                                     "AND from_offset = 0 AND to_offset = 100"),
+                                     "AND from_offset = 0 AND to_offset = 100 AND state = "
+                                     "'accepted'"),
                      1);
+    metrics_of(&e, e.db, &m);
+    assert_series(m.data, GAPS("open"), 0);
+    assert_series(m.data, GAPS("accepted"), 1);
+    assert_series(m.data, GAP_MSGS("accepted"), 100);
+    assert_series(m.data, "tally_kafka_offset_gaps_all{state=\"open\"}", 0);
+    tally_buf_release(&m);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 398);
     assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 100);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM quarantine WHERE origin IN "
@@ -240,10 +298,87 @@ static void test_restarted_longer_log_stops(void **state)
     const char *accept[] = {"--accept-gap", "usage/0", NULL};
     assert_int_equal(meter_run(&e, &b, accept), 0);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM offset_gaps WHERE kind = 'restarted' "
-                                     "AND from_offset = 0 AND to_offset = 310"),
+                                     "AND from_offset = 0 AND to_offset = 310 AND state = "
+                                     "'accepted'"),
                      1);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 810);
     assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 500);
+    e2e_broker_stop(&b);
+}
+
+/* Copies ledger directory `from` to `to`, runs sql on its shard of
+ * usage/0 with trigger `trg` dropped and then put back as it was (an edit
+ * that hides itself from the trigger check), and runs `tally verify` on
+ * it: it must fail naming want. */
+static void tamper_shard(const char *from, const char *to, const char *trg, const char *sql,
+                         const char *want)
+{
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tu_sh(NULL,
+                           "rm -rf '%s' && cp -r '%s' '%s' && cd '%s' && sqlite3 -bail "
+                           "shard-usage-0.db \"SELECT sql || ';' FROM sqlite_master WHERE name "
+                           "= '%s'\" > trg.sql && sqlite3 -bail shard-usage-0.db \"DROP TRIGGER "
+                           "%s; %s\" && sqlite3 -bail shard-usage-0.db < trg.sql",
+                           to, from, to, to, trg, trg, sql),
+                     0);
+    int rc = tu_tally(&out, "--db '%s' verify 2>&1", to);
+    if (rc != 1 || !strstr(out.data ? out.data : "", want))
+        fail_msg("verify exit %d: %s (wanted \"%s\")", rc, out.data ? out.data : "", want);
+    tally_buf_release(&out);
+}
+
+/* 13 over a ledger directory: a gap found in a shard is recorded there,
+ * open then accepted, both rows chained in the shard's own chain; /metrics
+ * of a `tally serve` on the directory reads them through the shard reader;
+ * an edit or a deletion of a shard's gap row fails verify, naming it. */
+static void test_shard_gaps(void **state)
+{
+    (void)state;
+    TU_REQUIRE_TOOL(e2e_have_kcat(), "kcat");
+    env e;
+    env_init(&e, "hostile-shard-gaps");
+    char shard[700], copy[700];
+    snprintf(e.db, sizeof e.db, "%s/ledger", e.dir);
+    snprintf(shard, sizeof shard, "%s/shard-usage-0.db", e.db);
+    assert_int_equal(tu_sh(NULL, "mkdir -p '%s'", e.db), 0);
+    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", e.db), 0);
+    e2e_broker b;
+    e2e_broker_start(&b, 1, e.blog);
+    write_events(e.kv, 0, 50, "w");
+    e2e_produce(&b, "usage", e.kv);
+    assert_int_equal(meter_run(&e, &b, NULL), 0);
+    e2e_broker_stop(&b);
+    e2e_broker_start(&b, 1, e.blog);
+    write_events(e.kv, 100, 20, "w");
+    e2e_produce(&b, "usage", e.kv);
+    assert_int_equal(meter_run(&e, &b, NULL), 1);
+    assert_int_equal(e2e_count(shard, "SELECT count(*) FROM offset_gaps WHERE state = 'open' AND "
+                                      "stored_next = 50 AND from_offset = 0 AND to_offset = 20"),
+                     1);
+    tally_buf m;
+    tally_buf_init(&m, 0);
+    metrics_of(&e, e.db, &m);
+    assert_series(m.data, GAPS("open"), 1);
+    assert_series(m.data, GAP_MSGS("open"), 20);
+    const char *accept[] = {"--accept-gap", "usage/0", NULL};
+    assert_int_equal(meter_run(&e, &b, accept), 0);
+    assert_int_equal(e2e_count(shard, "SELECT count(*) FROM dedupe"), 70);
+    assert_int_equal(e2e_count(shard, "SELECT count(*) FROM ledger_chain c JOIN offset_gaps g ON "
+                                      "c.tbl = 'offset_gaps' AND c.row_key = g.rowid"),
+                     2);
+    metrics_of(&e, e.db, &m);
+    assert_series(m.data, GAPS("open"), 0);
+    assert_series(m.data, GAPS("accepted"), 1);
+    assert_series(m.data, GAP_MSGS("accepted"), 20);
+    tally_buf_release(&m);
+    assert_int_equal(tu_tally(NULL, "--db '%s' verify >/dev/null", e.db), 0);
+    snprintf(copy, sizeof copy, "%s/edited", e.dir);
+    tamper_shard(e.db, copy, "offset_gaps_no_update",
+                 "UPDATE offset_gaps SET to_offset = 1 WHERE state = 'accepted';",
+                 "shard shard-usage-0: offset gap 2 (usage/0): changed since chain entry");
+    tamper_shard(e.db, copy, "offset_gaps_no_delete", "DELETE FROM offset_gaps WHERE id = 1;",
+                 "shard shard-usage-0: offset gap 1: deleted (chain entry");
     e2e_broker_stop(&b);
 }
 
@@ -432,6 +567,7 @@ int main(void)
         cmocka_unit_test_teardown(test_restarted_broker_stops, e2e_teardown),
         cmocka_unit_test_teardown(test_restarted_longer_log_stops, e2e_teardown),
         cmocka_unit_test_teardown(test_retention_gap_stops, e2e_teardown),
+        cmocka_unit_test_teardown(test_shard_gaps, e2e_teardown),
         cmocka_unit_test_teardown(test_huge_message_gap_exits, e2e_teardown),
         cmocka_unit_test_teardown(test_retention_while_running, e2e_teardown),
     };

@@ -285,11 +285,41 @@ typedef struct tally_offset_gap {
     int64_t log_start, log_end; /* the broker's watermarks */
 } tally_offset_gap;
 
-/* Records an accepted gap (table offset_gaps, append-only) and moves the
- * partition's stored offset from stored_next to log_start, in one
- * transaction. Errors: TALLY_INVAL, TALLY_STALE (the stored offset is no
- * longer stored_next), TALLY_DB, TALLY_BUSY. */
+/* Records an accepted gap (table offset_gaps, append-only, state
+ * "accepted") and moves the partition's stored offset from stored_next to
+ * log_start, in one transaction. A row of state "open" for the same gap
+ * stays as it was; this later row is what says it was accepted.
+ * Errors: TALLY_INVAL, TALLY_STALE (the stored offset is no longer
+ * stored_next), TALLY_DB, TALLY_BUSY. */
 TALLY_MUST_CHECK tally_err tally_ledger_gap_accept(tally_ledger *l, const tally_offset_gap *g);
+
+/* Records a gap the meter stopped the partition at (an offset_gaps row of
+ * state "open"), in a transaction of its own; the stored offset does not
+ * move. *recorded is false, and nothing is written, when the partition's
+ * stored offset is no longer g->stored_next or the partition already has
+ * an open gap at that offset (so a meter restarted in a loop records it
+ * once). Errors: TALLY_INVAL, TALLY_DB, TALLY_BUSY. */
+TALLY_MUST_CHECK tally_err tally_ledger_gap_open(tally_ledger *l, const tally_offset_gap *g,
+                                                 bool *recorded);
+
+/* The offset gaps of one partition. An open gap is one the meter stopped
+ * the partition at, whose stored offset has not moved since and which no
+ * accepted row followed; at most one per partition. *_messages: offsets
+ * never read ([from, to) of each row, as recorded when it was written). */
+typedef struct tally_gap_stats {
+    char topic[256];
+    int32_t partition;
+    int64_t open, open_messages;
+    int64_t accepted, accepted_messages;
+} tally_gap_stats;
+
+/* Every partition with an offset_gaps row, ordered by topic and
+ * partition, into *out (allocated, free() it; NULL when *n is 0). On a
+ * ledger directory, main.db's rows and every shard's (read through the
+ * read-only shard readers), one entry per partition. Errors: TALLY_NOMEM,
+ * TALLY_DB, TALLY_BUSY. */
+TALLY_MUST_CHECK tally_err tally_ledger_gap_stats(tally_ledger *l, tally_gap_stats **out,
+                                                  size_t *n);
 
 /* The partition's stored next offset (-1: none) and the mark stored with
  * it (tally_batch_set_offset_mark; *has_mark false if none). Reads l's own
@@ -300,7 +330,8 @@ TALLY_MUST_CHECK tally_err tally_ledger_offset_mark(tally_ledger *l, const char 
                                                     bool *has_mark);
 
 /* How many times the partition's log restarted below the stored offset and
- * an operator accepted it (offset_gaps rows of kind "restarted"). The meter
+ * an operator accepted it (offset_gaps rows of kind "restarted", state
+ * "accepted"). The meter
  * adds it to the origins of the new log's messages ("...@<offset>+r<n>"),
  * so a new message at an offset an old one had is not taken for it.
  * Errors: TALLY_DB. */
