@@ -4,11 +4,15 @@
  * The running charges are what a draft `invoice run` of each period not yet
  * finalized shows, computed by the same code: inv_gather, inv_adjustments
  * and tally_rate_period. The periods are the ones running_periods already
- * holds for the account, the ones the caller just wrote usage into, and the
- * current period when usage arrived for a finalized one (its adjustment
- * lines go on the next invoice). They are rated oldest first:
+ * holds for the account, the ones the caller just wrote usage into, and,
+ * for usage that arrived for a finalized period, the first period after it
+ * not finalized (its draft shows the adjustment lines, and its invoice,
+ * finalized next, bills them; that period may have no usage of its own).
+ * They are rated oldest first:
  *   - adjustments for a finalized period are counted on the first open
  *     period after it only (a draft of each later period would repeat them);
+ *     a period finalized out of order, while an earlier one is open, bills
+ *     them instead, and they leave the earlier one then;
  *   - credits are applied period after period, each period's draft seeing
  *     what the earlier ones left of every grant.
  * credits = what the account's unexpired grants hold, less what the drafts
@@ -360,39 +364,55 @@ static tally_err rate_period(bal_engine *b, bal_calc *c, bal_period *p, const ch
     return e;
 }
 
-/* Rates the open periods oldest first, dropping the ones finalized since
- * (adding the current period in their place when they had late usage) and
- * the ones with nothing to bill. */
-static tally_err rate_open(bal_engine *b, bal_calc *c, bool touched_live)
+/* The first period after p that is not finalized: the adjustments for late
+ * usage of p go on it, as its draft shows them (drafts of later periods
+ * repeat them, and they are counted once). "" when the next
+ * BAL_PERIODS_MAX periods are all finalized. */
+static tally_err next_open(bal_engine *b, const char *account, const char *p, char out[8])
 {
-    char now_p[8];
-    tally_err e = tally_period_of(c->acct.timezone, tally_now_s(), now_p, sizeof now_p);
-    if (e)
-        return e;
+    char cur[8];
+    tally_period_step(p, 1, cur, sizeof cur);
+    for (int n = 0; n < BAL_PERIODS_MAX; n++) {
+        bool live = false;
+        tally_err e = is_live(b, account, cur, &live);
+        if (e || !live) {
+            memcpy(out, cur, sizeof cur);
+            return e;
+        }
+        char next[8];
+        tally_period_step(cur, 1, next, sizeof next);
+        memcpy(cur, next, sizeof cur);
+    }
+    out[0] = '\0';
+    return TALLY_OK;
+}
+
+/* Rates the open periods oldest first, dropping the ones finalized since
+ * (adding in their place the first open period after each, which bills
+ * their late usage) and the ones with nothing to bill. */
+static tally_err rate_open(bal_engine *b, bal_calc *c)
+{
+    char live_p[BAL_PERIODS_MAX][8];
+    size_t n_live = 0;
+    tally_err e = TALLY_OK;
     for (size_t i = 0; i < b->n_periods; i++) {
         bool live = false;
         e = is_live(b, c->acct.id, b->periods[i].period, &live);
         if (e)
             return e;
         if (live) {
-            touched_live = true;
+            memcpy(live_p[n_live++], b->periods[i].period, sizeof live_p[0]);
             b->periods[i].period[0] = '\0';
         }
     }
-    if (touched_live) /* its adjustments go on the next period not finalized */
-        for (int n = 0; n < 3; n++) {
-            bool live = false;
-            e = is_live(b, c->acct.id, now_p, &live);
-            if (e)
-                return e;
-            if (!live) {
-                period_add(b, now_p);
-                break;
-            }
-            char next[8];
-            tally_period_step(now_p, 1, next, sizeof next);
-            memcpy(now_p, next, sizeof now_p);
-        }
+    for (size_t i = 0; i < n_live; i++) {
+        char open[8];
+        e = next_open(b, c->acct.id, live_p[i], open);
+        if (e)
+            return e;
+        if (open[0])
+            period_add(b, open);
+    }
     qsort(b->periods, b->n_periods, sizeof *b->periods, period_cmp);
     const char *prev = NULL;
     size_t k = 0;
@@ -735,7 +755,7 @@ tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t 
     if (!e && lo_s <= hi_s)
         e = span_periods(b, &c.acct, lo_s, hi_s);
     if (!e)
-        e = rate_open(b, &c, false);
+        e = rate_open(b, &c);
     if (!e)
         e = credits_left(b, &c);
     if (!e)
