@@ -4,7 +4,10 @@
  * The running charges are what a draft `invoice run` of each period not yet
  * finalized shows, computed by the same code: inv_gather, inv_adjustments
  * and tally_rate_period. The periods are the ones running_periods already
- * holds for the account, the ones the caller just wrote usage into, and,
+ * holds for the account, the ones the caller just wrote usage into, those
+ * of its commitments up to the current period (a commitment bills each
+ * period it overlaps in full, from the period's start; the next one joins
+ * when the clock reaches it: the account's next check) and,
  * for usage that arrived for a finalized period, the first period after it
  * not finalized (its draft shows the adjustment lines, and its invoice,
  * finalized next, bills them; that period may have no usage of its own).
@@ -62,6 +65,7 @@ typedef struct bal_calc {
     int64_t running, covered, credits, balance, burn;
     int64_t last_usage_s;  /* 0: none */
     int64_t next_expiry_s; /* INT64_MAX: none */
+    int64_t next_period_s; /* a commitment bills the next period from then; INT64_MAX: none */
 } bal_calc;
 
 /* What is stored for the account. */
@@ -191,6 +195,40 @@ static tally_err span_periods(bal_engine *b, const tally_account *a, int64_t lo,
         memcpy(p, next, sizeof p);
     }
     return e;
+}
+
+/* The periods of the account's commitments, up to the current one: a
+ * commitment bills every period it overlaps in full, as a draft of that
+ * period shows, from the period's start. A later period it overlaps joins
+ * the running charges when the clock reaches it (c->next_period_s, the
+ * account's next check). */
+static tally_err commitment_periods(bal_engine *b, bal_calc *c)
+{
+    char now_p[8];
+    int64_t p_start, p_end;
+    tally_err e = tally_period_of(c->acct.timezone, tally_now_s(), now_p, sizeof now_p);
+    if (!e)
+        e = tally_period_bounds(now_p, c->acct.timezone, &p_start, &p_end);
+    if (e)
+        return e;
+    sqlite3_stmt *st;
+    e = ledger_prepare(b->l, "SELECT from_s, to_s FROM commitments WHERE account = ?1", &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t from = sqlite3_column_int64(st, 0), to = sqlite3_column_int64(st, 1);
+        if (from < p_end)
+            e = span_periods(b, &c->acct, from, (to < p_end ? to : p_end) - 1);
+        if (to > p_end) /* it bills a later period too: look again when it starts */
+            c->next_period_s = p_end;
+    }
+    if (e) {
+        sqlite3_finalize(st);
+        return e;
+    }
+    return ledger_finish(b->l, st, rc);
 }
 
 static tally_err is_live(bal_engine *b, const char *account, const char *period, bool *live)
@@ -713,7 +751,7 @@ static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
         s.released = false;
     }
     e = transition(&x);
-    int64_t next = c->next_expiry_s;
+    int64_t next = c->next_expiry_s < c->next_period_s ? c->next_expiry_s : c->next_period_s;
     if (!e && s.exhausted && !s.released) {
         int64_t due = s.exhausted_since_s + lim.release_after_s;
         if (due <= now) {
@@ -730,7 +768,7 @@ static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
 tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
                       const char *cause)
 {
-    bal_calc c = {.next_expiry_s = INT64_MAX};
+    bal_calc c = {.next_expiry_s = INT64_MAX, .next_period_s = INT64_MAX};
     b->n_periods = 0;
     b->n_used = 0;
     tally_buf_reset(&b->instances);
@@ -754,6 +792,8 @@ tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t 
     }
     if (!e && lo_s <= hi_s)
         e = span_periods(b, &c.acct, lo_s, hi_s);
+    if (!e)
+        e = commitment_periods(b, &c);
     if (!e)
         e = rate_open(b, &c);
     if (!e)

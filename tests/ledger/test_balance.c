@@ -158,6 +158,12 @@ static int64_t n_running(fx *f, const char *account)
     return query1(f, "SELECT count(*) FROM running_periods WHERE account = ?1", account);
 }
 
+/* When the account's balance is due a refresh by the clock (INT64_MIN: never). */
+static int64_t next_check(fx *f, const char *account)
+{
+    return query1(f, "SELECT next_check_s FROM account_balances WHERE account = ?1", account);
+}
+
 typedef struct one_invoice {
     tally_invoice_summary s;
     int n;
@@ -195,6 +201,51 @@ static tally_balance balance(fx *f, const char *account)
 }
 
 /* ---- Which periods run -------------------------------------------------------- */
+
+/* A commitment bills each period it overlaps in full, as a draft of the
+ * period shows, from the period's start: an account with a commitment and
+ * no usage has running charges, and the next period joins them when the
+ * clock reaches it (the balance's next check). Found by test_balance_diff:
+ * the periods of a commitment were never rated. */
+static void test_commitment_periods(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-commit", "2025-12-20T00:00:00Z");
+    /* 1 x a100-40g reserved at 1.14 per card-hour, Jan 10 to Feb 20 */
+    assert_int_equal(tally_ledger_commit_add(f.l, "acme", "a100-40g", 1, at("2026-01-10T00:00:00Z"),
+                                             at("2026-02-20T00:00:00Z"), NULL),
+                     TALLY_OK);
+    /* December: it starts in a later period; looked at again on January 1 */
+    tally_balance b = balance(&f, "acme");
+    assert_int_equal(b.running_minor, 0);
+    assert_int_equal(next_check(&f, "acme"), at("2026-01-01T00:00:00Z"));
+
+    clock_at(at("2026-01-05T00:00:00Z")); /* a read finds it due */
+    b = balance(&f, "acme");
+    assert_int_equal(running(&f, "acme", "2026-01"), 60192); /* 22 days x 24 x 1.14 */
+    assert_int_equal(invoice(&f, "acme", "2026-01", false).subtotal_minor, 60192);
+    assert_int_equal(running(&f, "acme", "2026-02"), -1); /* not yet */
+    assert_int_equal(b.running_minor, 60192);
+
+    clock_at(at("2026-02-02T00:00:00Z"));
+    int64_t n = 0;
+    assert_int_equal(tally_balance_sweep(f.l, tally_now_s(), &n), TALLY_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(running(&f, "acme", "2026-02"), 51984); /* 19 days */
+    assert_int_equal(invoice(&f, "acme", "2026-02", false).subtotal_minor, 51984);
+    assert_int_equal(balance(&f, "acme").running_minor, 60192 + 51984);
+    /* nothing after February: no next check */
+    assert_int_equal(next_check(&f, "acme"), INT64_MIN);
+
+    /* finalized, January leaves the running charges; February stays */
+    tally_invoice_summary jan = invoice(&f, "acme", "2026-01", true);
+    assert_true(jan.finalized);
+    assert_int_equal(jan.subtotal_minor, 60192);
+    assert_int_equal(running(&f, "acme", "2026-01"), -1);
+    assert_int_equal(balance(&f, "acme").running_minor, 51984);
+    fx_close(&f);
+}
 
 /* Late usage of a finalized period is billed on the next invoice as
  * adjustment lines; the balance counts them on the first open period after
@@ -237,6 +288,7 @@ static void test_late_usage_period(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_commitment_periods),
         cmocka_unit_test(test_late_usage_period),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,9 +6,9 @@
  * the same transaction as every write that can change them: a usage batch
  * from any input path, a grant, a change of the account's limits, a spot
  * price or rate card, an invoice finalized or voided; and, for what changes
- * with the clock alone (a grant expiring, the release grace ending), by
- * tally_balance_sweep and by any read that finds the account due. So a read
- * is a lookup, never a rating.
+ * with the clock alone (a grant expiring, the release grace ending, a
+ * commitment's next period starting), by tally_balance_sweep and by any
+ * read that finds the account due. So a read is a lookup, never a rating.
  *
  * A refresh that moves the state writes the events of SPEC section 9 to the
  * outbox in its transaction, in order (include/tally/outbox.h):
@@ -109,8 +109,8 @@ TALLY_MUST_CHECK tally_err tally_balance_get(tally_ledger *l, const char *accoun
 TALLY_MUST_CHECK tally_err tally_balance_json(const tally_balance *b, tally_buf *out);
 
 /* Refreshes every account whose next check (a grant expiring, a release
- * grace ending) is at or before now_s, each in its own transaction; *n
- * counts them. Errors: TALLY_DB and those of a refresh. */
+ * grace ending, a commitment's next period starting) is at or before
+ * now_s, each in its own transaction; *n counts them. Errors: TALLY_DB and those of a refresh. */
 TALLY_MUST_CHECK tally_err tally_balance_sweep(tally_ledger *l, int64_t now_s, int64_t *n);
 
 /* Refreshes every account that has a balance (after a price change made
