@@ -46,6 +46,7 @@ typedef struct bal_period {
 
 struct bal_engine {
     tally_ledger *l;
+    int64_t now_s; /* the one instant a refresh sees (tally_now_s at its start) */
     inv_gatherer *g;
     inv_input in, scratch;
     tally_line *extra;
@@ -206,7 +207,7 @@ static tally_err commitment_periods(bal_engine *b, bal_calc *c)
 {
     char now_p[8];
     int64_t p_start, p_end;
-    tally_err e = tally_period_of(c->acct.timezone, tally_now_s(), now_p, sizeof now_p);
+    tally_err e = tally_period_of(c->acct.timezone, b->now_s, now_p, sizeof now_p);
     if (!e)
         e = tally_period_bounds(now_p, c->acct.timezone, &p_start, &p_end);
     if (e)
@@ -483,10 +484,9 @@ static tally_err credits_left(bal_engine *b, bal_calc *c)
         &st);
     if (e)
         return e;
-    int64_t now = tally_now_s();
     sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, c->acct.currency, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_int64(st, 3, b->now_s);
     int rc;
     c->credits = 0;
     c->next_expiry_s = INT64_MAX;
@@ -673,7 +673,7 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
     if (next_check != INT64_MAX)
         sqlite3_bind_int64(st, 11, next_check);
     sqlite3_bind_int64(st, 12, s->event_seq);
-    sqlite3_bind_int64(st, 13, tally_now_s());
+    sqlite3_bind_int64(st, 13, b->now_s);
     e = ledger_finish(b->l, st, sqlite3_step(st));
     if (!e)
         e = ledger_prepare(b->l, "DELETE FROM running_periods WHERE account = ?1", &st);
@@ -741,7 +741,7 @@ static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
         return e;
     tally_balance_state to = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
     bal_event_ctx x = {b, c, &lim, s.found ? s.state : TALLY_BALANCE_OK, to, cause, &s};
-    int64_t now = tally_now_s();
+    int64_t now = b->now_s;
     if (to == TALLY_BALANCE_EXHAUSTED && !s.exhausted) {
         s.exhausted = true;
         s.exhausted_since_s = now;
@@ -765,47 +765,60 @@ static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
     return e ? e : store(b, c, to, &s, next);
 }
 
-tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
-                      const char *cause)
+/* Computes the account's running charges, credits and balance into c as of
+ * b->now_s, writing nothing. The periods rated: the stored ones, those of
+ * [lo_s, hi_s] and of the commitments, and with rescan those of all the
+ * account's usage (a first refresh, a new time zone). */
+static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
+                         bool rescan, bal_calc *c)
 {
-    bal_calc c = {.next_expiry_s = INT64_MAX, .next_period_s = INT64_MAX};
+    *c = (bal_calc){.next_expiry_s = INT64_MAX, .next_period_s = INT64_MAX};
     b->n_periods = 0;
     b->n_used = 0;
     tally_buf_reset(&b->instances);
     tally_buf_reset(&b->volumes);
-    tally_err e = tally_ledger_account_get(b->l, account, &c.acct);
+    tally_err e = tally_ledger_account_get(b->l, account, &c->acct);
     if (e)
         return e;
-    c.ccy = tally_currency_find(c.acct.currency);
-    if (!c.ccy)
+    c->ccy = tally_currency_find(c->acct.currency);
+    if (!c->ccy)
         return TALLY_UNKNOWN_CURRENCY;
-    bal_stored s = {0};
     e = stored_periods(b, account);
-    if (!e)
-        e = stored_state(b, account, &s);
-    bool rescan = !s.found || strcmp(cause, "account") == 0;
-    if (!e && rescan && !b->l->shards) { /* first refresh, or a new time zone */
+    if (!e && rescan && !b->l->shards) {
         int64_t ulo = 1, uhi = 0;
         e = usage_span(b, account, &ulo, &uhi);
         if (!e && ulo <= uhi)
-            e = span_periods(b, &c.acct, ulo, uhi);
+            e = span_periods(b, &c->acct, ulo, uhi);
     }
     if (!e && lo_s <= hi_s)
-        e = span_periods(b, &c.acct, lo_s, hi_s);
+        e = span_periods(b, &c->acct, lo_s, hi_s);
     if (!e)
-        e = commitment_periods(b, &c);
+        e = commitment_periods(b, c);
     if (!e)
-        e = rate_open(b, &c);
+        e = rate_open(b, c);
     if (!e)
-        e = credits_left(b, &c);
+        e = credits_left(b, c);
     if (!e)
-        e = tally_money_sub(c.covered, c.running, &c.balance); /* -(running - covered) */
+        e = tally_money_sub(c->covered, c->running, &c->balance); /* -(running - covered) */
     if (!e)
-        e = tally_money_add(c.balance, c.credits, &c.balance);
+        e = tally_money_add(c->balance, c->credits, &c->balance);
     if (!e && b->instances.len == 0)
         e = tally_buf_puts(&b->instances, "[]");
     if (!e && b->volumes.len == 0)
         e = tally_buf_puts(&b->volumes, "[]");
+    return e;
+}
+
+tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
+                      const char *cause)
+{
+    bal_calc c;
+    bal_stored s;
+    b->now_s = tally_now_s();
+    tally_err e = stored_state(b, account, &s);
+    bool rescan = !s.found || strcmp(cause, "account") == 0;
+    if (!e)
+        e = compute(b, account, lo_s, hi_s, rescan, &c);
     return e ? e : settle(b, &c, cause);
 }
 
