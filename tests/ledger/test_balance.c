@@ -106,6 +106,16 @@ static void accel(fx *f, const char *account, const char *instance, const char *
     }
 }
 
+static void storage(fx *f, const char *account, const char *volume, int64_t gb, int64_t t,
+                    int64_t seconds)
+{
+    char data[256];
+    snprintf(data, sizeof data,
+             "{\"volume\":\"%s\",\"class\":\"ssd\",\"bytes\":%" PRId64 ",\"seconds\":%" PRId64 "}",
+             volume, gb * 1000000000, seconds);
+    queue(f, account, "storage.usage", t, data);
+}
+
 /* Commits what was queued, in one batch. */
 static void commit(fx *f)
 {
@@ -200,6 +210,122 @@ static tally_balance balance(fx *f, const char *account)
     return b;
 }
 
+static void grant(fx *f, const char *account, tally_grant_kind kind, int64_t amount_minor,
+                  int priority, int64_t effective_s, int64_t expires_s)
+{
+    tally_grant_spec g = {.account = account,
+                          .kind = kind,
+                          .amount_minor = amount_minor,
+                          .priority = priority,
+                          .effective_s = effective_s,
+                          .expires_s = expires_s,
+                          .scope = ""};
+    char why[256] = "";
+    int64_t id;
+    if (tally_ledger_grant_add(f->l, &g, &id, why, sizeof why) != TALLY_OK)
+        fail_msg("grant: %s", why);
+}
+
+static void limits(fx *f, const char *account, const int64_t *low, int64_t stop, int64_t release)
+{
+    tally_limits_change c = {
+        .low_minor = low, .clear_low = !low, .stop_at_minor = &stop, .release_after_s = &release};
+    char why[256] = "";
+    if (tally_limits_set(f->l, account, &c, why, sizeof why) != TALLY_OK)
+        fail_msg("limits: %s", why);
+}
+
+/* The account's balance events in the outbox, oldest first. */
+typedef struct bal_event {
+    char id[160], type[40];
+    json_object *doc; /* the CloudEvent */
+    json_object *data;
+} bal_event;
+
+typedef struct bal_events {
+    bal_event v[32];
+    size_t n;
+} bal_events;
+
+static tally_err event_row(void *ctx, int n, const char *const *c)
+{
+    bal_events *x = ctx;
+    (void)n;
+    assert_true(x->n < 32);
+    bal_event *e = &x->v[x->n++];
+    snprintf(e->id, sizeof e->id, "%s", c[0]);
+    snprintf(e->type, sizeof e->type, "%s", c[1]);
+    e->doc = json_tokener_parse(c[2]);
+    assert_non_null(e->doc);
+    assert_true(json_object_object_get_ex(e->doc, "data", &e->data));
+    return TALLY_OK;
+}
+
+static void events_load(fx *f, const char *account, bal_events *x)
+{
+    x->n = 0;
+    const char *params[] = {account};
+    assert_int_equal(tally_ledger_query(f->l,
+                                        "SELECT event_id, type, CAST(payload AS TEXT) FROM outbox "
+                                        "WHERE subject = ?1 AND (type LIKE 'balance.%' OR type "
+                                        "LIKE 'account.%' OR type LIKE 'volume.%') ORDER BY id",
+                                        params, 1, event_row, x),
+                     TALLY_OK);
+}
+
+static void events_free(bal_events *x)
+{
+    for (size_t i = 0; i < x->n; i++)
+        json_object_put(x->v[i].doc);
+    x->n = 0;
+}
+
+static const char *jstr(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : NULL;
+}
+
+/* Event i of x is type, with id "<type>:<account>:<n>", in state `state`. */
+static void expect_event(const bal_events *x, size_t i, const char *type, const char *account,
+                         int n, const char *state, const char *cause)
+{
+    char id[160];
+    snprintf(id, sizeof id, "%s:%s:%d", type, account, n);
+    if (i >= x->n)
+        fail_msg("event %zu (%s) missing: only %zu", i, id, x->n);
+    const bal_event *e = &x->v[i];
+    if (strcmp(e->type, type) != 0 || strcmp(e->id, id) != 0)
+        fail_msg("event %zu: %s (%s), wanted %s", i, e->id, e->type, id);
+    assert_string_equal(jstr(e->doc, "id"), id);
+    assert_string_equal(jstr(e->doc, "type"), type);
+    assert_string_equal(jstr(e->doc, "subject"), account);
+    assert_string_equal(jstr(e->data, "account"), account);
+    assert_string_equal(jstr(e->data, "state"), state);
+    assert_string_equal(jstr(e->data, "cause"), cause);
+}
+
+/* The "instance" (or "volume") names of a list in an event's data, sorted. */
+static void names_of(const bal_event *e, const char *list, const char *key, char *out, size_t cap)
+{
+    json_object *a;
+    out[0] = '\0';
+    assert_true(json_object_object_get_ex(e->data, list, &a));
+    const char *names[16];
+    size_t n = json_object_array_length(a);
+    assert_true(n <= 16);
+    for (size_t i = 0; i < n; i++)
+        names[i] = jstr(json_object_array_get_idx(a, i), key);
+    for (size_t i = 1; i < n; i++) /* insertion sort */
+        for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            const char *t = names[j];
+            names[j] = names[j - 1];
+            names[j - 1] = t;
+        }
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", names[i]);
+}
+
 /* ---- Which periods run -------------------------------------------------------- */
 
 /* A commitment bills each period it overlaps in full, as a draft of the
@@ -285,11 +411,189 @@ static void test_late_usage_period(void **state)
     fx_close(&f);
 }
 
+/* ---- The state machine and its events ------------------------------------------ */
+
+/* One batch that takes the balance from above the low mark to below the
+ * stop mark announces both crossings in order, then the suspension, each
+ * with a stable id; account.suspend lists the instances that reported
+ * usage in the 10 minutes before the latest usage, each once. A top-up
+ * brings the account back: balance.recovered, and account.resume when it
+ * was exhausted. */
+static void test_low_and_stop_at_once(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-events", "2026-03-01T00:00:00Z");
+    grant(&f, "acme", TALLY_GRANT_PREPAID, 10000, 50, at("2026-01-01T00:00:00Z"), TALLY_TIME_MAX);
+    int64_t low = 5000;
+    limits(&f, "acme", &low, 0, TALLY_BALANCE_RELEASE_DEFAULT);
+    tally_balance b = balance(&f, "acme");
+    assert_int_equal(b.balance_minor, 10000);
+    assert_int_equal(b.state, TALLY_BALANCE_OK);
+    assert_true(b.controlled);
+    bal_events x;
+    events_load(&f, "acme", &x);
+    assert_int_equal(x.n, 0);
+
+    int64_t t = at("2026-03-10T12:00:00Z");
+    clock_at(t);
+    accel(&f, "acme", "i-1", "h100", "on_demand", 8, t - 6 * 3600, 6 * 3600); /* 123.84 */
+    accel(&f, "acme", "i-2", "a100-40g", "on_demand", 1, t - 7200, 3600);     /* 1.90, early */
+    accel(&f, "acme", "i-4", "cpu-container", "on_demand", 1, t - 1200, 600); /* ends at t - 600 */
+    accel(&f, "acme", "i-5", "cpu-container", "on_demand", 1, t - 1200, 601); /* ends at t - 599 */
+    accel(&f, "acme", "i-3", "rtx4090", "spot", 1, t - 300, 240);
+    storage(&f, "acme", "v-1", 500, t - 3600, 3600);
+    commit(&f);
+
+    events_load(&f, "acme", &x);
+    assert_int_equal(x.n, 3);
+    expect_event(&x, 0, TALLY_EVENT_BALANCE_LOW, "acme", 1, "exhausted", "usage");
+    expect_event(&x, 1, TALLY_EVENT_BALANCE_EXHAUSTED, "acme", 2, "exhausted", "usage");
+    expect_event(&x, 2, TALLY_EVENT_ACCOUNT_SUSPEND, "acme", 3, "exhausted", "usage");
+    assert_string_equal(jstr(x.v[0].data, "previous_state"), "ok");
+    char names[256];
+    names_of(&x.v[2], "instances", "instance", names, sizeof names);
+    assert_string_equal(names, "i-1,i-3,i-5");
+    b = balance(&f, "acme");
+    assert_int_equal(b.state, TALLY_BALANCE_EXHAUSTED);
+    assert_true(b.balance_minor < 0);
+    assert_string_equal(jstr(x.v[2].data, "state"), "exhausted");
+    events_free(&x);
+
+    /* a top-up into the low band: recovered, resumed */
+    grant(&f, "acme", TALLY_GRANT_PREPAID, 6000, 50, t, TALLY_TIME_MAX);
+    b = balance(&f, "acme");
+    assert_int_equal(b.state, TALLY_BALANCE_LOW);
+    events_load(&f, "acme", &x);
+    assert_int_equal(x.n, 5);
+    expect_event(&x, 3, TALLY_EVENT_BALANCE_RECOVERED, "acme", 4, "low", "grant");
+    expect_event(&x, 4, TALLY_EVENT_ACCOUNT_RESUME, "acme", 5, "low", "grant");
+    assert_string_equal(jstr(x.v[3].data, "previous_state"), "exhausted");
+    events_free(&x);
+
+    /* above the low mark: recovered only; another top-up: nothing */
+    grant(&f, "acme", TALLY_GRANT_PREPAID, 5000, 50, t, TALLY_TIME_MAX);
+    grant(&f, "acme", TALLY_GRANT_PREPAID, 100, 50, t, TALLY_TIME_MAX);
+    assert_int_equal(balance(&f, "acme").state, TALLY_BALANCE_OK);
+    events_load(&f, "acme", &x);
+    assert_int_equal(x.n, 6);
+    expect_event(&x, 5, TALLY_EVENT_BALANCE_RECOVERED, "acme", 6, "ok", "grant");
+    assert_string_equal(jstr(x.v[5].data, "previous_state"), "low");
+    events_free(&x);
+    fx_close(&f);
+}
+
+/* volume.release once the account has stayed exhausted for its release
+ * grace: found by tally_balance_sweep when the clock gets there, announced
+ * once, with the volumes. */
+static void test_volume_release(void **state)
+{
+    (void)state;
+    fx f;
+    int64_t t0 = at("2026-03-10T00:00:00Z");
+    fx_open(&f, "bal-release", "2026-03-10T00:00:00Z");
+    grant(&f, "beta", TALLY_GRANT_PREPAID, 100, 50, at("2026-03-01T00:00:00Z"), TALLY_TIME_MAX);
+    limits(&f, "beta", NULL, 0, 2 * 86400);
+    accel(&f, "beta", "i-1", "h100", "on_demand", 1, t0 - 3600, 3600);
+    storage(&f, "beta", "v-1", 500, t0 - 3600, 3600);
+    commit(&f);
+    bal_events x;
+    events_load(&f, "beta", &x);
+    assert_int_equal(x.n, 2); /* no low mark: exhausted, suspend */
+    expect_event(&x, 0, TALLY_EVENT_BALANCE_EXHAUSTED, "beta", 1, "exhausted", "usage");
+    expect_event(&x, 1, TALLY_EVENT_ACCOUNT_SUSPEND, "beta", 2, "exhausted", "usage");
+    events_free(&x);
+    assert_int_equal(next_check(&f, "beta"), t0 + 2 * 86400);
+
+    int64_t n = -1;
+    clock_at(t0 + 2 * 86400 - 1); /* not yet */
+    assert_int_equal(tally_balance_sweep(f.l, tally_now_s(), &n), TALLY_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(balance(&f, "beta").state, TALLY_BALANCE_EXHAUSTED);
+    events_load(&f, "beta", &x);
+    assert_int_equal(x.n, 2);
+    events_free(&x);
+
+    clock_at(t0 + 2 * 86400);
+    assert_int_equal(tally_balance_sweep(f.l, tally_now_s(), &n), TALLY_OK);
+    assert_int_equal(n, 1);
+    events_load(&f, "beta", &x);
+    assert_int_equal(x.n, 3);
+    expect_event(&x, 2, TALLY_EVENT_VOLUME_RELEASE, "beta", 3, "exhausted", "clock");
+    char names[256];
+    names_of(&x.v[2], "volumes", "volume", names, sizeof names);
+    assert_string_equal(names, "v-1");
+    assert_string_equal(jstr(x.v[2].data, "exhausted_since"), "2026-03-10T00:00:00Z");
+    events_free(&x);
+    assert_int_equal(next_check(&f, "beta"), INT64_MIN);
+
+    /* only once: later sweeps, reads and usage announce nothing more */
+    clock_at(t0 + 5 * 86400);
+    assert_int_equal(tally_balance_sweep(f.l, tally_now_s(), &n), TALLY_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(balance(&f, "beta").state, TALLY_BALANCE_EXHAUSTED);
+    storage(&f, "beta", "v-1", 500, t0 + 86400, 3600);
+    commit(&f);
+    events_load(&f, "beta", &x);
+    assert_int_equal(x.n, 3);
+    events_free(&x);
+    fx_close(&f);
+}
+
+/* A grant that expires stops counting as credits when the clock passes its
+ * expiry: the sweep moves the balance (and the state) then. What it paid
+ * for usage inside its window stays paid. */
+static void test_grant_expiry(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-expiry", "2026-03-01T00:00:00Z");
+    int64_t expires = at("2026-03-10T00:00:00Z");
+    grant(&f, "gamma", TALLY_GRANT_TRIAL, 5000, 10, at("2026-02-01T00:00:00Z"), expires);
+    grant(&f, "gamma", TALLY_GRANT_PREPAID, 1000, 50, at("2026-02-01T00:00:00Z"), TALLY_TIME_MAX);
+    int64_t low = 2000;
+    limits(&f, "gamma", &low, 0, TALLY_BALANCE_RELEASE_DEFAULT);
+    clock_at(at("2026-03-02T12:00:00Z"));
+    accel(&f, "gamma", "i-1", "h100", "on_demand", 1, at("2026-03-02T00:00:00Z"), 3600);
+    commit(&f);
+    tally_balance b = balance(&f, "gamma");
+    assert_int_equal(b.running_minor, 258);
+    assert_int_equal(b.covered_minor, 258); /* the trial voucher, priority 10 */
+    assert_int_equal(b.credits_minor, 5000 - 258 + 1000);
+    assert_int_equal(b.balance_minor, 5742);
+    assert_int_equal(next_check(&f, "gamma"), expires);
+
+    clock_at(expires + 3600);
+    /* what is stored has not moved yet ... */
+    assert_int_equal(
+        query1(&f, "SELECT credits_minor FROM account_balances WHERE account = ?1", "gamma"), 5742);
+    int64_t n = 0;
+    assert_int_equal(tally_balance_sweep(f.l, tally_now_s(), &n), TALLY_OK);
+    assert_int_equal(n, 1);
+    /* ... the sweep moves it: the voucher is gone, what it paid stays paid */
+    b = balance(&f, "gamma");
+    assert_int_equal(b.credits_minor, 1000);
+    assert_int_equal(b.covered_minor, 258);
+    assert_int_equal(b.balance_minor, 1000);
+    assert_int_equal(b.state, TALLY_BALANCE_LOW);
+    assert_int_equal(next_check(&f, "gamma"), INT64_MIN);
+    bal_events x;
+    events_load(&f, "gamma", &x);
+    assert_int_equal(x.n, 1);
+    expect_event(&x, 0, TALLY_EVENT_BALANCE_LOW, "gamma", 1, "low", "clock");
+    events_free(&x);
+    assert_int_equal(tally_balance_sweep(f.l, tally_now_s(), &n), TALLY_OK);
+    assert_int_equal(n, 0);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_commitment_periods),
-        cmocka_unit_test(test_late_usage_period),
+        cmocka_unit_test(test_commitment_periods),   cmocka_unit_test(test_late_usage_period),
+        cmocka_unit_test(test_low_and_stop_at_once), cmocka_unit_test(test_volume_release),
+        cmocka_unit_test(test_grant_expiry),
+
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
