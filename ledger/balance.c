@@ -768,7 +768,8 @@ static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
 /* Computes the account's running charges, credits and balance into c as of
  * b->now_s, writing nothing. The periods rated: the stored ones, those of
  * [lo_s, hi_s] and of the commitments, and with rescan those of all the
- * account's usage (a first refresh, a new time zone). */
+ * account's usage (a first refresh, a new time zone, a void: late
+ * adjustments that a voided invoice carried are pending again). */
 static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
                          bool rescan, bal_calc *c)
 {
@@ -816,7 +817,7 @@ tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t 
     bal_stored s;
     b->now_s = tally_now_s();
     tally_err e = stored_state(b, account, &s);
-    bool rescan = !s.found || strcmp(cause, "account") == 0;
+    bool rescan = !s.found || strcmp(cause, "account") == 0 || strcmp(cause, "void") == 0;
     if (!e)
         e = compute(b, account, lo_s, hi_s, rescan, &c);
     return e ? e : settle(b, &c, cause);

@@ -411,6 +411,41 @@ static void test_late_usage_period(void **state)
     fx_close(&f);
 }
 
+/* A void brings back the late adjustments the voided invoice carried:
+ * they are counted again on the first open period after the period they
+ * adjust, like any pending adjustment (and as the refresh finds them from
+ * scratch, which `tally verify` does), even when that period is idle. */
+static void test_void_pending_adjustments(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-void", "2026-01-20T00:00:00Z");
+    accel(&f, "acme", "i-1", "h100", "on_demand", 1, at("2026-01-10T00:00:00Z"), 3600);
+    commit(&f);
+    clock_at(at("2026-02-03T00:00:00Z"));
+    assert_int_equal(invoice(&f, "acme", "2026-01", true).subtotal_minor, 258);
+    clock_at(at("2026-03-10T00:00:00Z")); /* February had nothing and is not run */
+    accel(&f, "acme", "i-1", "h100", "on_demand", 1, at("2026-03-05T00:00:00Z"), 3600);
+    accel(&f, "acme", "i-2", "h100", "on_demand", 1, at("2026-01-15T00:00:00Z"), 3600);
+    commit(&f);
+    assert_int_equal(running(&f, "acme", "2026-02"), 258); /* January's adjustment */
+    assert_int_equal(running(&f, "acme", "2026-03"), 258);
+
+    clock_at(at("2026-04-02T00:00:00Z")); /* March finalized, February never run again */
+    tally_invoice_summary mar = invoice(&f, "acme", "2026-03", true);
+    assert_int_equal(mar.subtotal_minor, 516);
+    assert_int_equal(n_running(&f, "acme"), 0);
+
+    char cn[80];
+    assert_int_equal(tally_invoice_void(f.l, mar.invoice_id, "test", f.key, cn, sizeof cn),
+                     TALLY_OK);
+    assert_int_equal(running(&f, "acme", "2026-02"), 258);
+    assert_int_equal(running(&f, "acme", "2026-03"), 258);
+    assert_int_equal(invoice(&f, "acme", "2026-02", false).subtotal_minor, 258);
+    assert_int_equal(balance(&f, "acme").running_minor, 516);
+    fx_close(&f);
+}
+
 /* ---- The state machine and its events ------------------------------------------ */
 
 /* One batch that takes the balance from above the low mark to below the
@@ -590,10 +625,12 @@ static void test_grant_expiry(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_commitment_periods),   cmocka_unit_test(test_late_usage_period),
-        cmocka_unit_test(test_low_and_stop_at_once), cmocka_unit_test(test_volume_release),
+        cmocka_unit_test(test_commitment_periods),
+        cmocka_unit_test(test_late_usage_period),
+        cmocka_unit_test(test_low_and_stop_at_once),
+        cmocka_unit_test(test_volume_release),
         cmocka_unit_test(test_grant_expiry),
-
+        cmocka_unit_test(test_void_pending_adjustments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
