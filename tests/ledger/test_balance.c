@@ -622,6 +622,82 @@ static void test_grant_expiry(void **state)
     fx_close(&f);
 }
 
+/* ---- Limits: bad input leaves nothing behind -------------------------------------- */
+
+/* What a refused change of limits must leave as it was. */
+static void counts(fx *f, int64_t out[5])
+{
+    out[0] = query1(f, "SELECT count(*) FROM account_limits", NULL);
+    out[1] = query1(f, "SELECT count(*) FROM ledger_chain", NULL);
+    out[2] = query1(f, "SELECT count(*) FROM outbox", NULL);
+    out[3] = query1(f, "SELECT updated_at FROM account_balances WHERE account = ?1", "delta");
+    out[4] = query1(f, "SELECT stop_at_minor FROM account_limits WHERE account = ?1", "delta");
+}
+
+static void refused(fx *f, const char *account, const int64_t *low, const int64_t *stop,
+                    const int64_t *release, tally_err want, const char *why_has)
+{
+    int64_t before[5], after[5];
+    counts(f, before);
+    tally_limits_change c = {.low_minor = low, .stop_at_minor = stop, .release_after_s = release};
+    char why[256] = "";
+    clock_at(tally_now_s() + 1); /* a write now would change updated_at */
+    assert_int_equal(tally_limits_set(f->l, account, &c, why, sizeof why), want);
+    if (why_has && !strstr(why, why_has))
+        fail_msg("why: \"%s\", wanted \"%s\"", why, why_has);
+    counts(f, after);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(after[i], before[i]);
+}
+
+static void test_limits_refused(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-limits", "2026-03-01T00:00:00Z");
+    grant(&f, "delta", TALLY_GRANT_PREPAID, 1000, 50, at("2026-02-01T00:00:00Z"), TALLY_TIME_MAX);
+    int64_t ok_low = 500;
+    limits(&f, "delta", &ok_low, -100, 86400);
+    const int64_t max = 100000000000; /* 1,000,000,000.00 CNY in fen */
+    int64_t neg = -1, too_long = TALLY_BALANCE_RELEASE_MAX + 1, zero = 0, minus = -500;
+    int64_t over = max + 1, under = -max - 1, fine = 1;
+    refused(&f, "delta", NULL, NULL, &neg, TALLY_RANGE, "--release-after");
+    refused(&f, "delta", NULL, NULL, &too_long, TALLY_RANGE, "--release-after");
+    refused(&f, "delta", &minus, NULL, NULL, TALLY_RANGE, "above the stop mark");
+    refused(&f, "delta", &zero, &zero, NULL, TALLY_RANGE, "above the stop mark");
+    refused(&f, "delta", NULL, &ok_low, NULL, TALLY_RANGE, "above the stop mark"); /* low = stop */
+    refused(&f, "delta", &over, NULL, NULL, TALLY_RANGE, "grant bound");
+    refused(&f, "delta", &fine, &under, NULL, TALLY_RANGE, "grant bound");
+    refused(&f, "nobody", &ok_low, NULL, NULL, TALLY_NOT_FOUND, NULL);
+    /* the bound itself is accepted */
+    int64_t at_max = max, at_min = -max;
+    limits(&f, "delta", &at_max, at_min, 0);
+    tally_balance b = balance(&f, "delta");
+    assert_int_equal(b.limits.low_minor, max);
+    assert_int_equal(b.limits.stop_at_minor, -max);
+    assert_int_equal(b.state, TALLY_BALANCE_LOW);
+
+    /* the command line: exit 2, nothing stored */
+    tally_ledger_close(f.l);
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    static const char *const bad[] = {"--release-after -1d", "--release-after 3661d",
+                                      "--low-balance 0 --stop-at 0", "--low-balance 1000000000.01",
+                                      "--stop-at -1000000000.01"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tally_buf_reset(&out);
+        int rc = tu_tally(&out, "--db '%s' account set delta %s 2>&1", f.db, bad[i]);
+        if (rc != 2)
+            fail_msg("account set delta %s: exit %d (%s)", bad[i], rc, out.data);
+    }
+    tally_buf_release(&out);
+    char why[256] = "";
+    assert_int_equal(tally_ledger_open(f.db, &f.l, why, sizeof why), TALLY_OK);
+    assert_int_equal(balance(&f, "delta").limits.low_minor, max);
+    assert_int_equal(query1(&f, "SELECT count(*) FROM account_limits", NULL), 1);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -631,6 +707,8 @@ int main(void)
         cmocka_unit_test(test_volume_release),
         cmocka_unit_test(test_grant_expiry),
         cmocka_unit_test(test_void_pending_adjustments),
+        cmocka_unit_test(test_limits_refused),
+
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
