@@ -853,3 +853,136 @@ tally_err ledger_balance_refresh_span(tally_ledger *l, const char *account, int6
     bal_engine_destroy(b);
     return e;
 }
+
+/* ---- tally verify: a stored balance against its recomputation --------------- */
+
+typedef struct bal_row {
+    int64_t v[5]; /* running, covered, credits, balance, burn */
+    char state[16];
+    bool exhausted, released, has_next;
+    int64_t exhausted_since_s, next_check_s, updated_at_s;
+} bal_row;
+
+static const char *const bal_fields[5] = {"running_minor", "covered_minor", "credits_minor",
+                                          "balance_minor", "burn_minor"};
+
+static tally_err row_read(bal_engine *b, const char *account, bal_row *r, bool *found)
+{
+    sqlite3_stmt *st;
+    tally_err e =
+        ledger_prepare(b->l,
+                       "SELECT running_minor, covered_minor, credits_minor, "
+                       "balance_minor, burn_minor, state, exhausted_since_s, released, "
+                       "next_check_s, updated_at FROM account_balances WHERE account = ?1",
+                       &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    *found = rc == SQLITE_ROW;
+    if (rc == SQLITE_ROW) {
+        for (int i = 0; i < 5; i++)
+            r->v[i] = sqlite3_column_int64(st, i);
+        snprintf(r->state, sizeof r->state, "%s", (const char *)sqlite3_column_text(st, 5));
+        r->exhausted = sqlite3_column_type(st, 6) != SQLITE_NULL;
+        r->exhausted_since_s = sqlite3_column_int64(st, 6);
+        r->released = sqlite3_column_int(st, 7) != 0;
+        r->has_next = sqlite3_column_type(st, 8) != SQLITE_NULL;
+        r->next_check_s = sqlite3_column_int64(st, 8);
+        r->updated_at_s = sqlite3_column_int64(st, 9);
+        rc = SQLITE_DONE;
+    }
+    return ledger_finish(b->l, st, rc);
+}
+
+/* The stored running periods against the recomputed ones (b->periods). */
+static tally_err periods_check(bal_engine *b, const char *account, char *why, size_t cap)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(b->l,
+                                 "SELECT period, subtotal_minor, credits_minor, due_minor FROM "
+                                 "running_periods WHERE account = ?1 ORDER BY period",
+                                 &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    size_t i = 0;
+    int rc;
+    while (!why[0] && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *p = (const char *)sqlite3_column_text(st, 0);
+        const bal_period *want = i < b->n_periods ? &b->periods[i] : NULL;
+        int64_t got[3] = {sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2),
+                          sqlite3_column_int64(st, 3)};
+        if (!want || strcmp(want->period, p) != 0)
+            snprintf(why, cap, "running period %s is stored, but recomputing gives %s", p,
+                     want ? want->period : "no more periods");
+        else if (got[0] != want->subtotal || got[1] != want->credits || got[2] != want->due)
+            snprintf(why, cap,
+                     "running period %s stores subtotal %lld, credits %lld, due %lld, but "
+                     "recomputing gives %lld, %lld, %lld",
+                     p, (long long)got[0], (long long)got[1], (long long)got[2],
+                     (long long)want->subtotal, (long long)want->credits, (long long)want->due);
+        i++;
+    }
+    if (why[0])
+        rc = SQLITE_DONE;
+    else if (rc == SQLITE_DONE && i < b->n_periods)
+        snprintf(why, cap, "running period %s is missing", b->periods[i].period);
+    sqlite3_reset(st);
+    return ledger_finish(b->l, st, rc);
+}
+
+/* The state, exhaustion and next check that settle would have stored with c. */
+static tally_err state_check(bal_engine *b, const bal_calc *c, const bal_row *r, char *why,
+                             size_t cap)
+{
+    tally_limits lim;
+    bool controlled = false;
+    tally_err e = bal_limits_get(b->l, c->acct.id, &lim);
+    if (!e)
+        e = bal_under_control(b->l, c->acct.id, &controlled);
+    if (e)
+        return e;
+    tally_balance_state want = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
+    bool exhausted = want == TALLY_BALANCE_EXHAUSTED;
+    int64_t next = c->next_expiry_s < c->next_period_s ? c->next_expiry_s : c->next_period_s;
+    if (exhausted && r->exhausted && !r->released &&
+        r->exhausted_since_s + lim.release_after_s < next)
+        next = r->exhausted_since_s + lim.release_after_s;
+    if (strcmp(r->state, tally_balance_state_name(want)) != 0)
+        snprintf(why, cap, "state is %s, but its balance and limits give %s", r->state,
+                 tally_balance_state_name(want));
+    else if (r->exhausted != exhausted || (r->released && !exhausted) ||
+             (r->exhausted && r->exhausted_since_s > r->updated_at_s))
+        snprintf(why, cap, "exhausted_since and released do not fit state %s", r->state);
+    else if (r->has_next != (next != INT64_MAX) || (r->has_next && r->next_check_s != next))
+        snprintf(why, cap, "next_check_s is %lld, but recomputing gives %lld",
+                 r->has_next ? (long long)r->next_check_s : -1LL,
+                 next != INT64_MAX ? (long long)next : -1LL);
+    return TALLY_OK;
+}
+
+tally_err bal_check(bal_engine *b, const char *account, char *why, size_t cap)
+{
+    bal_row r;
+    bool found = false;
+    bal_calc c;
+    why[0] = '\0';
+    tally_err e = row_read(b, account, &r, &found);
+    if (e || !found)
+        return e;
+    b->now_s = r.updated_at_s; /* as the refresh that stored it saw the clock */
+    e = compute(b, account, 1, 0, true, &c);
+    if (e)
+        return e;
+    const int64_t want[5] = {c.running, c.covered, c.credits, c.balance, c.burn};
+    for (int i = 0; i < 5 && !why[0]; i++)
+        if (r.v[i] != want[i])
+            snprintf(why, cap, "%s is %lld, but recomputing it from the ledger gives %lld",
+                     bal_fields[i], (long long)r.v[i], (long long)want[i]);
+    if (!why[0])
+        e = periods_check(b, account, why, cap);
+    if (!e && !why[0])
+        e = state_check(b, &c, &r, why, cap);
+    return e;
+}

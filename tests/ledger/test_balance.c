@@ -698,6 +698,143 @@ static void test_limits_refused(void **state)
     fx_close(&f);
 }
 
+/* ---- tally verify over the balance tables -------------------------------------------- */
+
+/* The text of a trigger as schemas/012_balance.sql creates it. */
+static void trigger_text(const char *name, tally_buf *out)
+{
+    tally_buf file;
+    tally_buf_init(&file, 0);
+    assert_int_equal(tu_read_file(tu_src("schemas/012_balance.sql"), &file), 0);
+    char want[128];
+    snprintf(want, sizeof want, "CREATE TRIGGER %s ", name);
+    const char *a = strstr(file.data, want), *z = a ? strstr(a, "END;") : NULL;
+    assert_non_null(z);
+    assert_int_equal(tally_buf_append(out, a, (size_t)(z + 4 - a)), TALLY_OK);
+    tally_buf_release(&file);
+}
+
+/* Copies base.db to <name>.db, runs sql on it with the sqlite3 shell (as
+ * someone with the file would), then `tally verify`: exit 1 naming want, or
+ * with want NULL exit 0. Returns the sqlite3 shell's exit status. */
+static int tamper(fx *f, const char *name, const char *sql, const char *want)
+{
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s.sql", f->dir, name);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(sql, fp);
+    assert_int_equal(fclose(fp), 0);
+    int sh = tu_sh(
+        &out, "cd '%s' && rm -f %s.db* && cp base.db %s.db && sqlite3 -bail %s.db < %s.sql 2>&1",
+        f->dir, name, name, name, name);
+    tally_buf_reset(&out);
+    int rc = tu_tally(&out, "--db '%s/%s.db' --key '%s' verify 2>&1", f->dir, name, f->key);
+    if (want ? rc != 1 || !strstr(out.data, want) : rc != 0)
+        fail_msg("%s: verify exit %d: %s(wanted %s)", name, rc, out.data, want ? want : "exit 0");
+    tally_buf_release(&out);
+    return sh;
+}
+
+/* account_limits is in the ledger's chain: editing it with sqlite3 is
+ * refused by the chain trigger, and done around the trigger it is caught.
+ * account_balances and running_periods are derived: any edit, even one
+ * that keeps the row's sums consistent (an account un-suspended by raising
+ * its credits and balance), is caught by recomputing the balance. */
+static void test_verify_tampering(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-tamper", "2026-03-01T00:00:00Z");
+    grant(&f, "acme", TALLY_GRANT_PREPAID, 1000, 50, at("2026-02-01T00:00:00Z"),
+          at("2026-06-01T00:00:00Z"));
+    int64_t low = 500;
+    limits(&f, "acme", &low, 0, 3 * 86400);
+    clock_at(at("2026-03-10T00:00:00Z"));
+    accel(&f, "acme", "i-1", "h100", "on_demand", 1, at("2026-03-09T00:00:00Z"), 4 * 3600);
+    accel(&f, "other", "i-9", "h100", "on_demand", 1, at("2026-03-09T00:00:00Z"), 3600);
+    commit(&f);
+    tally_balance b = balance(&f, "acme");
+    assert_int_equal(b.state, TALLY_BALANCE_EXHAUSTED);
+    assert_int_equal(b.balance_minor, 1000 - 1032);
+    tally_ledger_close(f.l);
+    assert_int_equal(tu_sh(NULL, "cd '%s' && cp t.db base.db", f.dir), 0);
+    assert_int_equal(tamper(&f, "untouched", "SELECT 1;", NULL), 0);
+
+    /* limits: refused as such, caught around the trigger */
+    assert_true(tamper(&f, "limits_plain",
+                       "UPDATE account_limits SET stop_at_minor = -100000 WHERE account = 'acme';",
+                       NULL) != 0);
+    tally_buf q;
+    tally_buf_init(&q, 0);
+    assert_int_equal(tally_buf_puts(&q, "DROP TRIGGER chain_account_limits_update;\n"
+                                        "UPDATE account_limits SET stop_at_minor = -100000 "
+                                        "WHERE account = 'acme';\n"),
+                     TALLY_OK);
+    trigger_text("chain_account_limits_update", &q);
+    assert_int_equal(tamper(&f, "limits_hidden", q.data,
+                            "FAILED: limits of account acme: changed since chain entry"),
+                     0);
+    tally_buf_release(&q);
+
+    /* balances: un-suspended by hand, the row's own sums kept right */
+    assert_int_equal(
+        tamper(&f, "unsuspend",
+               "UPDATE account_balances SET credits_minor = credits_minor + 100000, "
+               "balance_minor = balance_minor + 100000, state = 'ok', exhausted_since_s = NULL "
+               "WHERE account = 'acme';",
+               "FAILED: balance of account acme: credits_minor is 100000, but recomputing it "
+               "from the ledger gives 0"),
+        0);
+    assert_int_equal(tamper(&f, "balance_only",
+                            "UPDATE account_balances SET balance_minor = 5000, state = 'ok' "
+                            "WHERE account = 'acme';",
+                            "FAILED: balance of account acme: balance_minor 5000 is not"),
+                     0);
+    assert_int_equal(tamper(&f, "state_only",
+                            "UPDATE account_balances SET state = 'ok', exhausted_since_s = NULL "
+                            "WHERE account = 'acme';",
+                            "FAILED: balance of account acme: state is ok, but its balance and "
+                            "limits give exhausted"),
+                     0);
+    assert_int_equal(
+        tamper(&f, "period_lowered",
+               "UPDATE running_periods SET subtotal_minor = 0, credits_minor = 0, due_minor = 0 "
+               "WHERE account = "
+               "'acme'; UPDATE account_balances SET running_minor = 0, covered_minor = 0, "
+               "balance_minor = credits_minor WHERE account = 'acme';",
+               "FAILED: balance of account acme: running_minor is 0, but recomputing it from "
+               "the ledger gives 1032"),
+        0);
+    assert_int_equal(
+        tamper(&f, "period_dropped",
+               "DELETE FROM running_periods WHERE account = 'other'; UPDATE account_balances SET "
+               "running_minor = 0, balance_minor = 0 WHERE account = 'other';",
+               "FAILED: balance of account other: running_minor is 0, but recomputing it from "
+               "the ledger gives 258"),
+        0);
+    assert_int_equal(tamper(&f, "no_release",
+                            "UPDATE account_balances SET next_check_s = NULL WHERE account = "
+                            "'acme';",
+                            "FAILED: balance of account acme: next_check_s is -1, but "
+                            "recomputing gives"),
+                     0);
+    assert_int_equal(tamper(&f, "events_hidden",
+                            "UPDATE account_balances SET event_seq = 0 WHERE account = 'acme';",
+                            "FAILED: balance of account acme: event_seq 0, but the outbox holds 3"),
+                     0);
+    assert_int_equal(tamper(&f, "orphan_period",
+                            "INSERT INTO running_periods VALUES ('ghost', '2026-03', 1, 0, 1);",
+                            "FAILED: running period 2026-03 of account ghost: the account has no "
+                            "stored balance"),
+                     0);
+    char why[256] = "";
+    assert_int_equal(tally_ledger_open(f.db, &f.l, why, sizeof why), TALLY_OK);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -708,7 +845,7 @@ int main(void)
         cmocka_unit_test(test_grant_expiry),
         cmocka_unit_test(test_void_pending_adjustments),
         cmocka_unit_test(test_limits_refused),
-
+        cmocka_unit_test(test_verify_tampering),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,6 +58,10 @@
  *   3. running = the sum of the subtotals, covered = the sum of the credits,
  *      balance = credits - (running - covered), and the state is the one the
  *      limits give (ok for an account not under spend control).
+ *   4. `tally verify` passes (at every other check and at the end of each
+ *      round): among its checks, every stored balance equals
+ *      its recomputation from scratch (ledger/verify_balance.c), so the
+ *      balance kept incrementally and the one derived afresh agree.
  *
  * TALLY_BALDIFF_SEED=<n> reproduces a run (the seed is printed first, and
  * with every failure); TALLY_BALDIFF_ROUNDS and TALLY_BALDIFF_ACCOUNTS make
@@ -1033,6 +1037,11 @@ static void check(world *w)
     compare_totals(w);
     compare_drafts(w);
     compare_sequential(w);
+    /* and what tally verify recomputes (ledger/verify_balance.c) agrees:
+     * at every other check, and at the end of the round, for time */
+    char why[512] = "";
+    if (w->n_checks % 2 && tally_ledger_verify(w->l, w->key, why, sizeof why) != TALLY_OK)
+        FAILW(w, "verify: %s", why);
     w->n_checks++;
 }
 
