@@ -55,6 +55,8 @@ struct bal_engine {
     size_t n_used, cap_used;
     bal_period periods[BAL_PERIODS_MAX];
     size_t n_periods;
+    const tally_interval **res; /* list_resources' working memory */
+    size_t cap_res;
     tally_buf instances, volumes, doc;
     char why[256];
 };
@@ -112,6 +114,7 @@ void bal_engine_destroy(bal_engine *b)
     inv_input_release(&b->scratch);
     free(b->extra);
     free(b->used);
+    free(b->res);
     tally_buf_release(&b->instances);
     tally_buf_release(&b->volumes);
     tally_buf_release(&b->doc);
@@ -289,43 +292,74 @@ static int64_t latest_usage(const inv_input *x)
     return t;
 }
 
+static int res_cmp(const void *pa, const void *pb)
+{
+    const tally_interval *a = *(const tally_interval *const *)pa;
+    const tally_interval *b = *(const tally_interval *const *)pb;
+    if (a->meter != b->meter)
+        return a->meter < b->meter ? -1 : 1;
+    int c = strcmp(a->resource, b->resource);
+    return c ? c : a < b ? -1 : a > b; /* then in the input's order */
+}
+
+static int ptr_cmp(const void *pa, const void *pb)
+{
+    const tally_interval *a = *(const tally_interval *const *)pa;
+    const tally_interval *b = *(const tally_interval *const *)pb;
+    return a < b ? -1 : a > b;
+}
+
+static tally_err res_append(tally_buf *out, const tally_interval *iv)
+{
+    bool accel = iv->meter == TALLY_METER_ACCELERATOR;
+    tally_err e = tally_buf_puts(out, out->len > 1 ? ",{" : "{");
+    if (!e)
+        e = tally_buf_puts(out, accel ? "\"instance\":" : "\"volume\":");
+    if (!e)
+        e = tally_buf_json_str(out, iv->resource);
+    if (!e)
+        e = tally_buf_puts(out, accel ? ",\"sku\":" : ",\"class\":");
+    if (!e)
+        e = tally_buf_json_str(out, iv->dim);
+    return e ? e : tally_buf_puts(out, "}");
+}
+
 /* The accelerator instances with usage in [t - window, t), and the volumes
- * with usage in the period, as JSON arrays. */
+ * with usage in the period, as JSON arrays, each resource once (at its
+ * first row), in the input's order. A big account has many rows: they are
+ * picked in one pass and deduplicated by sorting, not row against row. */
 static tally_err list_resources(bal_engine *b, const inv_input *x, int64_t t)
 {
+    size_t k = 0;
+    if (x->n_intervals > b->cap_res) {
+        const tally_interval **p = realloc(b->res, x->n_intervals * sizeof *p);
+        if (!p)
+            return TALLY_NOMEM;
+        b->res = p;
+        b->cap_res = x->n_intervals;
+    }
+    for (size_t i = 0; i < x->n_intervals; i++) {
+        const tally_interval *iv = &x->intervals[i];
+        bool accel = iv->meter == TALLY_METER_ACCELERATOR;
+        if (!(accel ? iv->end_s <= t - TALLY_BALANCE_WINDOW_S || iv->start_s >= t
+                    : iv->end_s <= x->start_s || iv->start_s >= x->end_s))
+            b->res[k++] = iv;
+    }
+    qsort(b->res, k, sizeof *b->res, res_cmp);
+    size_t n = 0; /* an instance may have several rows: keep its first */
+    for (size_t i = 0; i < k; i++)
+        if (n == 0 || b->res[n - 1]->meter != b->res[i]->meter ||
+            strcmp(b->res[n - 1]->resource, b->res[i]->resource) != 0)
+            b->res[n++] = b->res[i];
+    qsort(b->res, n, sizeof *b->res, ptr_cmp);
     tally_buf_reset(&b->instances);
     tally_buf_reset(&b->volumes);
     tally_err e = tally_buf_puts(&b->instances, "[");
     if (!e)
         e = tally_buf_puts(&b->volumes, "[");
-    for (size_t i = 0; !e && i < x->n_intervals; i++) {
-        const tally_interval *iv = &x->intervals[i];
-        bool accel = iv->meter == TALLY_METER_ACCELERATOR;
-        if (accel ? iv->end_s <= t - TALLY_BALANCE_WINDOW_S || iv->start_s >= t
-                  : iv->end_s <= x->start_s || iv->start_s >= x->end_s)
-            continue;
-        tally_buf *out = accel ? &b->instances : &b->volumes;
-        bool seen = false; /* an instance may have several rows: list it once */
-        for (size_t j = 0; j < i && !seen; j++) {
-            const tally_interval *o = &x->intervals[j];
-            seen = o->meter == iv->meter && strcmp(o->resource, iv->resource) == 0 &&
-                   (accel ? o->end_s > t - TALLY_BALANCE_WINDOW_S && o->start_s < t
-                          : o->end_s > x->start_s && o->start_s < x->end_s);
-        }
-        if (seen)
-            continue;
-        e = tally_buf_puts(out, out->len > 1 ? ",{" : "{");
-        if (!e)
-            e = tally_buf_puts(out, accel ? "\"instance\":" : "\"volume\":");
-        if (!e)
-            e = tally_buf_json_str(out, iv->resource);
-        if (!e)
-            e = tally_buf_puts(out, accel ? ",\"sku\":" : ",\"class\":");
-        if (!e)
-            e = tally_buf_json_str(out, iv->dim);
-        if (!e)
-            e = tally_buf_puts(out, "}");
-    }
+    for (size_t i = 0; !e && i < n; i++)
+        e = res_append(b->res[i]->meter == TALLY_METER_ACCELERATOR ? &b->instances : &b->volumes,
+                       b->res[i]);
     if (!e)
         e = tally_buf_puts(&b->instances, "]");
     return e ? e : tally_buf_puts(&b->volumes, "]");
