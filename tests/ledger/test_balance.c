@@ -698,6 +698,70 @@ static void test_limits_refused(void **state)
     fx_close(&f);
 }
 
+/* ---- Admission ------------------------------------------------------------------- */
+
+static tally_admission admit(fx *f, const char *account, const char *sku, tally_pricing pricing,
+                             int64_t cards, int64_t hours)
+{
+    tally_admission_req r = {.account = account,
+                             .sku = sku,
+                             .pricing = pricing,
+                             .cards = cards,
+                             .hours_nano = hours * 1000000000};
+    tally_admission a;
+    char why[256] = "";
+    if (tally_admission_check(f->l, &r, &a, why, sizeof why) != TALLY_OK)
+        fail_msg("admission: %s", why);
+    return a;
+}
+
+/* Reserved usage is billed as the rating bills it: nothing more within the
+ * committed cards, on-demand above them (SPEC section 2), not at the
+ * commitment's reserved price; the committed cards its instances are
+ * already using are not free. */
+static void test_admission_reserved(void **state)
+{
+    (void)state;
+    fx f;
+    int64_t now = at("2026-03-10T12:00:00Z");
+    fx_open(&f, "bal-admission", "2026-03-10T12:00:00Z");
+    /* what the rating bills: reserved without a commitment is overage */
+    accel(&f, "rb", "i-1", "h100", "reserved", 1, now - 7200, 3600);
+    commit(&f);
+    assert_int_equal(invoice(&f, "rb", "2026-03", false).subtotal_minor, 258);
+
+    grant(&f, "ra", TALLY_GRANT_PREPAID, 15000, 50, at("2026-03-01T00:00:00Z"), TALLY_TIME_MAX);
+    tally_admission a = admit(&f, "ra", "h100", TALLY_PRICING_RESERVED, 8, 10);
+    assert_int_equal(a.cost_minor, 20640); /* 8 x 10 x 2.58 */
+    assert_int_equal(a.unit_price_nano, 2580000000);
+    assert_false(a.allowed);
+    assert_int_equal(a.shortfall_minor, 20640 - 15000);
+    a = admit(&f, "ra", "h100", TALLY_PRICING_ON_DEMAND, 1, 10);
+    assert_int_equal(a.cost_minor, 2580);
+    assert_true(a.allowed);
+
+    /* 2 cards committed now: reserved within them costs nothing more */
+    grant(&f, "rc", TALLY_GRANT_PREPAID, 100000, 50, at("2026-03-01T00:00:00Z"), TALLY_TIME_MAX);
+    assert_int_equal(tally_ledger_commit_add(f.l, "rc", "h100", 2, at("2026-03-10T00:00:00Z"),
+                                             at("2026-03-12T00:00:00Z"), NULL),
+                     TALLY_OK);
+    assert_int_equal(balance(&f, "rc").balance_minor, 100000 - 14880); /* 2 x 48 h x 1.55 */
+    a = admit(&f, "rc", "h100", TALLY_PRICING_RESERVED, 2, 10);
+    assert_int_equal(a.cost_minor, 0);
+    assert_true(a.allowed);
+    a = admit(&f, "rc", "h100", TALLY_PRICING_RESERVED, 5, 10);
+    assert_int_equal(a.cost_minor, 7740); /* 3 over x 10 x 2.58 */
+    /* one of them is in use: one more is free, the second is billed */
+    accel(&f, "rc", "i-1", "h100", "reserved", 1, now - 300, 240);
+    commit(&f);
+    a = admit(&f, "rc", "h100", TALLY_PRICING_RESERVED, 2, 10);
+    assert_int_equal(a.cost_minor, 2580);
+    /* another SKU's commitment does not count */
+    a = admit(&f, "rc", "a100-40g", TALLY_PRICING_RESERVED, 1, 10);
+    assert_int_equal(a.cost_minor, 1900);
+    fx_close(&f);
+}
+
 /* ---- tally verify over the balance tables -------------------------------------------- */
 
 /* The text of a trigger as schemas/012_balance.sql creates it. */
@@ -845,6 +909,7 @@ int main(void)
         cmocka_unit_test(test_grant_expiry),
         cmocka_unit_test(test_void_pending_adjustments),
         cmocka_unit_test(test_limits_refused),
+        cmocka_unit_test(test_admission_reserved),
         cmocka_unit_test(test_verify_tampering),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

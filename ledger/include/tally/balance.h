@@ -138,23 +138,26 @@ typedef struct tally_admission {
     char currency[4];
     int minor_digits;
     tally_pricing pricing;
-    int64_t unit_price_nano; /* per card-hour, today's */
-    int64_t cost_minor;      /* cards x hours x price, rounded once half-up */
+    int64_t unit_price_nano; /* per card-hour, today's (reserved: on-demand, for the overage) */
+    int64_t billed_cards;    /* cards billed: reserved ones beyond the free committed cards */
+    int64_t cost_minor;      /* billed cards x hours x price, rounded once half-up */
     int64_t balance_minor, stop_at_minor;
     int64_t shortfall_minor; /* cost - (balance - stop_at) when not allowed; else 0 */
 } tally_admission;
 
 /* Whether the account's balance pays for cards x hours of sku at today's
  * price (the rate card in force now, the spot point in force now) without
- * going below its stop mark. An account not under spend control (no grant,
- * no limits: billed in arrears) is always allowed.
- * Errors: TALLY_NOT_FOUND (account), TALLY_INVAL (unknown SKU, no such
- * pricing for it, cards or hours out of range: why names it), TALLY_OVERFLOW,
- * TALLY_DB. */
+ * going below its stop mark. Reserved usage is priced as it is billed:
+ * nothing more within the account's commitments of the SKU in force now,
+ * less the reserved cards its instances reported in the last
+ * TALLY_BALANCE_WINDOW_S seconds; on-demand for the cards beyond. An account not under spend
+ * control (no grant, no limits: billed in arrears) is always allowed. Errors: TALLY_NOT_FOUND
+ * (account), TALLY_INVAL (unknown SKU, no such pricing for it, cards or hours out of range: why
+ * names it), TALLY_OVERFLOW, TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_admission_check(tally_ledger *l, const tally_admission_req *r,
                                                  tally_admission *out, char *why, size_t cap);
 
-/* {"allowed","account","currency","sku","pricing","cards","hours",
+/* {"allowed","account","currency","sku","pricing","cards","billed_cards","hours",
  *  "unit_price","cost","balance","stop_at","balance_after"[,"shortfall"]}.
  * Errors: TALLY_NOMEM. */
 TALLY_MUST_CHECK tally_err tally_admission_json(const tally_admission_req *r,
