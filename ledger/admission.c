@@ -50,7 +50,7 @@ static tally_err spot_now(tally_ledger *l, const char *sku, int64_t now, int64_t
  * at on-demand where it goes beyond the committed cards (and costs nothing
  * more within them): its price here is the on-demand one. */
 static tally_err price_now(tally_ledger *l, const tally_admission_req *r, int64_t now,
-                           int64_t *price, char *why, size_t cap)
+                           int64_t *price, int64_t *min_s, char *why, size_t cap)
 {
     const tally_ratecard *const *cards;
     size_t n;
@@ -61,6 +61,7 @@ static tally_err price_now(tally_ledger *l, const tally_admission_req *r, int64_
     const tally_sku_price *sp = card ? tally_ratecard_sku(card, r->sku) : NULL;
     if (!sp)
         return refuse(why, cap, "unknown SKU \"", r->sku);
+    *min_s = sp->min_billable_s;
     bool found = false;
     if (r->pricing == TALLY_PRICING_SPOT && sp->has_spot)
         e = spot_now(l, r->sku, now, price, &found);
@@ -138,8 +139,8 @@ tally_err tally_admission_check(tally_ledger *l, const tally_admission_req *r, t
     tally_err e = tally_balance_get(l, r->account, &b);
     if (e)
         return e;
-    int64_t now = tally_now_s();
-    e = price_now(l, &q, now, &out->unit_price_nano, why, cap);
+    int64_t now = tally_now_s(), min_s = 0;
+    e = price_now(l, &q, now, &out->unit_price_nano, &min_s, why, cap);
     if (e)
         return e;
     snprintf(out->currency, sizeof out->currency, "%s", b.currency);
@@ -151,11 +152,16 @@ tally_err tally_admission_check(tally_ledger *l, const tally_admission_req *r, t
         e = reserved_billed(l, r, now, &out->billed_cards);
     if (e)
         return e;
-    /* cards x hours_nano/10^9 card-hours x price_nano/10^9 x 10^digits */
-    __int128 num = (__int128)out->billed_cards * r->hours_nano * out->unit_price_nano;
+    /* cards x hours_nano/10^9 card-hours x price_nano/10^9 x 10^digits; a run
+     * shorter than the SKU's minimum is billed as the minimum: cards x min_s
+     * card-seconds x price_nano/(3600 x 10^9) x 10^digits */
+    bool minimum = min_s > 0 && (__int128)r->hours_nano * 3600 < (__int128)min_s * 1000000000;
+    __int128 num = (__int128)out->billed_cards * out->unit_price_nano *
+                   (minimum ? (__int128)min_s * 1000000000 : r->hours_nano);
+    __int128 den = (__int128)1000000000 * 1000000000 * (minimum ? 3600 : 1);
     for (int i = 0; i < b.minor_digits; i++)
         num *= 10;
-    e = tally_money_div_round(num, (__int128)1000000000 * 1000000000, &out->cost_minor);
+    e = tally_money_div_round(num, den, &out->cost_minor);
     if (e)
         return e;
     bool controlled = false;

@@ -762,6 +762,31 @@ static void test_admission_reserved(void **state)
     fx_close(&f);
 }
 
+/* A run shorter than the SKU's minimum billable duration is billed as the
+ * minimum (PRICEBOOK: one h100 for 20 s costs 0.04), and so is admitted. */
+static void test_admission_minimum(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-admission-min", "2026-03-10T12:00:00Z");
+    grant(&f, "rd", TALLY_GRANT_PREPAID, 3, 50, at("2026-03-01T00:00:00Z"), TALLY_TIME_MAX);
+    tally_admission_req r = {.account = "rd",
+                             .sku = "h100",
+                             .pricing = TALLY_PRICING_ON_DEMAND,
+                             .cards = 1,
+                             .hours_nano = 5555556}; /* 20 s */
+    tally_admission a;
+    char why[256] = "";
+    assert_int_equal(tally_admission_check(f.l, &r, &a, why, sizeof why), TALLY_OK);
+    assert_int_equal(a.cost_minor, 4); /* 60 s x 2.58 / 3600 = 0.043 */
+    assert_false(a.allowed);
+    assert_int_equal(a.shortfall_minor, 1);
+    r.hours_nano = 1000000000; /* an hour: no minimum */
+    assert_int_equal(tally_admission_check(f.l, &r, &a, why, sizeof why), TALLY_OK);
+    assert_int_equal(a.cost_minor, 258);
+    fx_close(&f);
+}
+
 /* ---- tally verify over the balance tables -------------------------------------------- */
 
 /* The text of a trigger as schemas/012_balance.sql creates it. */
@@ -910,6 +935,7 @@ int main(void)
         cmocka_unit_test(test_void_pending_adjustments),
         cmocka_unit_test(test_limits_refused),
         cmocka_unit_test(test_admission_reserved),
+        cmocka_unit_test(test_admission_minimum),
         cmocka_unit_test(test_verify_tampering),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
