@@ -201,6 +201,30 @@ static tally_err span_periods(bal_engine *b, const tally_account *a, int64_t lo,
     return e;
 }
 
+static tally_err is_live(bal_engine *b, const char *account, const char *period, bool *live);
+
+/* Adds the periods of [lo, hi] in the account's time zone that are not
+ * finalized. */
+static tally_err span_open_periods(bal_engine *b, const tally_account *a, int64_t lo, int64_t hi)
+{
+    char p[8], last[8];
+    tally_err e = tally_period_of(a->timezone, lo, p, sizeof p);
+    if (!e)
+        e = tally_period_of(a->timezone, hi, last, sizeof last);
+    for (int n = 0; !e && n < BAL_PERIODS_MAX * 8; n++) {
+        bool live = false;
+        e = is_live(b, a->id, p, &live);
+        if (!e && !live)
+            period_add(b, p);
+        if (strcmp(p, last) >= 0)
+            break;
+        char next[8];
+        tally_period_step(p, 1, next, sizeof next);
+        memcpy(p, next, sizeof p);
+    }
+    return e;
+}
+
 /* The periods of the account's commitments, up to the current one: a
  * commitment bills every period it overlaps in full, as a draft of that
  * period shows, from the period's start. A later period it overlaps joins
@@ -223,8 +247,8 @@ static tally_err commitment_periods(bal_engine *b, bal_calc *c)
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t from = sqlite3_column_int64(st, 0), to = sqlite3_column_int64(st, 1);
-        if (from < p_end)
-            e = span_periods(b, &c->acct, from, (to < p_end ? to : p_end) - 1);
+        if (from < p_end) /* the finalized ones have no running charges */
+            e = span_open_periods(b, &c->acct, from, (to < p_end ? to : p_end) - 1);
         if (to > p_end) /* it bills a later period too: look again when it starts */
             c->next_period_s = p_end;
     }
