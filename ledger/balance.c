@@ -369,13 +369,15 @@ static tally_err list_resources(bal_engine *b, const inv_input *x, int64_t t)
                     : iv->end_s <= x->start_s || iv->start_s >= x->end_s))
             b->res[k++] = iv;
     }
-    qsort(b->res, k, sizeof *b->res, res_cmp);
+    if (k > 1) /* b->res may be NULL when there are no rows */
+        qsort(b->res, k, sizeof *b->res, res_cmp);
     size_t n = 0; /* an instance may have several rows: keep its first */
     for (size_t i = 0; i < k; i++)
         if (n == 0 || b->res[n - 1]->meter != b->res[i]->meter ||
             strcmp(b->res[n - 1]->resource, b->res[i]->resource) != 0)
             b->res[n++] = b->res[i];
-    qsort(b->res, n, sizeof *b->res, ptr_cmp);
+    if (n > 1)
+        qsort(b->res, n, sizeof *b->res, ptr_cmp);
     tally_buf_reset(&b->instances);
     tally_buf_reset(&b->volumes);
     tally_err e = tally_buf_puts(&b->instances, "[");
