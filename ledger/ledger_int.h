@@ -151,7 +151,8 @@ tally_err ledger_balance_refresh(tally_ledger *l, const char *account, const cha
  * (a voided period comes back into the running charges). */
 tally_err ledger_balance_refresh_span(tally_ledger *l, const char *account, int64_t lo_s,
                                       int64_t hi_s, const char *cause);
-/* After the account's time zone changed: its periods are found again. */
+/* After the account's time zone or currency changed: its periods are found
+ * again and its grants counted again. */
 tally_err ledger_balance_rezone(tally_ledger *l, const char *account);
 
 /* Refreshes every account that has a balance, in the caller's transaction

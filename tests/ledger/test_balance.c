@@ -446,6 +446,25 @@ static void test_void_pending_adjustments(void **state)
     fx_close(&f);
 }
 
+/* A new currency (allowed while the account has no invoice) is the
+ * balance's currency at once: the grants of the old one no longer count,
+ * and tally verify finds the stored balance as it recomputes it. */
+static void test_currency_change(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-currency", "2026-03-10T00:00:00Z");
+    grant(&f, "eps", TALLY_GRANT_PREPAID, 5000, 50, at("2026-03-01T00:00:00Z"), TALLY_TIME_MAX);
+    tally_balance b = balance(&f, "eps");
+    assert_string_equal(b.currency, "CNY");
+    assert_int_equal(b.credits_minor, 5000);
+    assert_int_equal(tally_ledger_account_set(f.l, "eps", "USD", NULL, NULL), TALLY_OK);
+    b = balance(&f, "eps");
+    assert_string_equal(b.currency, "USD");
+    assert_int_equal(b.credits_minor, 0);
+    fx_close(&f); /* verify */
+}
+
 /* ---- The state machine and its events ------------------------------------------ */
 
 /* One batch that takes the balance from above the low mark to below the
@@ -933,6 +952,7 @@ int main(void)
         cmocka_unit_test(test_volume_release),
         cmocka_unit_test(test_grant_expiry),
         cmocka_unit_test(test_void_pending_adjustments),
+        cmocka_unit_test(test_currency_change),
         cmocka_unit_test(test_limits_refused),
         cmocka_unit_test(test_admission_reserved),
         cmocka_unit_test(test_admission_minimum),
