@@ -46,9 +46,11 @@ static tally_err spot_now(tally_ledger *l, const char *sku, int64_t now, int64_t
     return e;
 }
 
-/* Today's price per card-hour of sku at pricing. */
+/* Today's price per card-hour of sku at pricing. Reserved usage is billed
+ * at on-demand where it goes beyond the committed cards (and costs nothing
+ * more within them): its price here is the on-demand one. */
 static tally_err price_now(tally_ledger *l, const tally_admission_req *r, int64_t now,
-                           int64_t *price, char *why, size_t cap)
+                           int64_t *price, int64_t *min_s, char *why, size_t cap)
 {
     const tally_ratecard *const *cards;
     size_t n;
@@ -59,15 +61,66 @@ static tally_err price_now(tally_ledger *l, const tally_admission_req *r, int64_
     const tally_sku_price *sp = card ? tally_ratecard_sku(card, r->sku) : NULL;
     if (!sp)
         return refuse(why, cap, "unknown SKU \"", r->sku);
+    *min_s = sp->min_billable_s;
     bool found = false;
     if (r->pricing == TALLY_PRICING_SPOT && sp->has_spot)
         e = spot_now(l, r->sku, now, price, &found);
-    else if (r->pricing == TALLY_PRICING_RESERVED && sp->has_reserved)
-        found = true, *price = sp->reserved_nano;
+    else if (r->pricing == TALLY_PRICING_RESERVED && sp->has_reserved && sp->has_on_demand)
+        found = true, *price = sp->on_demand_nano;
     else if (r->pricing == TALLY_PRICING_ON_DEMAND && sp->has_on_demand)
         found = true, *price = sp->on_demand_nano;
     if (!e && !found)
         return refuse(why, cap, "SKU ", r->sku); /* the caller names the pricing */
+    return e;
+}
+
+/* The cards of a reserved request that would be billed (SPEC section 2):
+ * those beyond what the account's commitments of the SKU in force now leave
+ * free once the reserved cards its instances reported in the last
+ * TALLY_BALANCE_WINDOW_S seconds are counted (each instance at its most
+ * cards). Usage not reported yet is not counted. */
+static tally_err reserved_billed(tally_ledger *l, const tally_admission_req *r, int64_t now,
+                                 int64_t *billed)
+{
+    tally_account a;
+    inv_gatherer *g = NULL;
+    inv_input x = {0};
+    tally_err e = tally_ledger_account_get(l, r->account, &a);
+    if (!e)
+        e = inv_gatherer_create(l, &g);
+    if (!e)
+        e = inv_gather(g, &a, now - TALLY_BALANCE_WINDOW_S, now, false, &x);
+    int64_t committed = 0, in_use = 0;
+    for (size_t i = 0; !e && i < x.n_commitments; i++) {
+        const tally_commitment *c = &x.commitments[i];
+        if (strcmp(c->sku, r->sku) == 0 && c->from_s <= now && c->to_s > now)
+            committed += c->cards;
+    }
+    const tally_interval **use = NULL; /* the reserved rows of the SKU in the window */
+    size_t n = 0;
+    if (!e && x.n_intervals && !(use = malloc(x.n_intervals * sizeof *use)))
+        e = TALLY_NOMEM;
+    for (size_t i = 0; !e && i < x.n_intervals; i++) {
+        const tally_interval *iv = &x.intervals[i];
+        if (iv->meter == TALLY_METER_ACCELERATOR && iv->pricing == TALLY_PRICING_RESERVED &&
+            strcmp(iv->dim, r->sku) == 0 && iv->end_s > now - TALLY_BALANCE_WINDOW_S &&
+            iv->start_s < now)
+            use[n++] = iv;
+    }
+    for (size_t i = 0; i < n; i++) { /* each instance once, at its most cards */
+        bool counted = false;
+        for (size_t j = 0; j < n && !counted; j++)
+            counted =
+                j != i && strcmp(use[j]->resource, use[i]->resource) == 0 &&
+                (use[j]->weight > use[i]->weight || (use[j]->weight == use[i]->weight && j < i));
+        if (!counted)
+            in_use += use[i]->weight;
+    }
+    free(use);
+    int64_t free_cards = committed > in_use ? committed - in_use : 0;
+    *billed = r->cards > free_cards ? r->cards - free_cards : 0;
+    inv_input_release(&x);
+    inv_gatherer_destroy(g);
     return e;
 }
 
@@ -86,19 +139,29 @@ tally_err tally_admission_check(tally_ledger *l, const tally_admission_req *r, t
     tally_err e = tally_balance_get(l, r->account, &b);
     if (e)
         return e;
-    int64_t now = tally_now_s();
-    e = price_now(l, &q, now, &out->unit_price_nano, why, cap);
+    int64_t now = tally_now_s(), min_s = 0;
+    e = price_now(l, &q, now, &out->unit_price_nano, &min_s, why, cap);
     if (e)
         return e;
     snprintf(out->currency, sizeof out->currency, "%s", b.currency);
     out->minor_digits = b.minor_digits;
     out->balance_minor = b.balance_minor;
     out->stop_at_minor = b.limits.stop_at_minor;
-    /* cards x hours_nano/10^9 card-hours x price_nano/10^9 x 10^digits */
-    __int128 num = (__int128)r->cards * r->hours_nano * out->unit_price_nano;
+    out->billed_cards = r->cards;
+    if (q.pricing == TALLY_PRICING_RESERVED)
+        e = reserved_billed(l, r, now, &out->billed_cards);
+    if (e)
+        return e;
+    /* cards x hours_nano/10^9 card-hours x price_nano/10^9 x 10^digits; a run
+     * shorter than the SKU's minimum is billed as the minimum: cards x min_s
+     * card-seconds x price_nano/(3600 x 10^9) x 10^digits */
+    bool minimum = min_s > 0 && (__int128)r->hours_nano * 3600 < (__int128)min_s * 1000000000;
+    __int128 num = (__int128)out->billed_cards * out->unit_price_nano *
+                   (minimum ? (__int128)min_s * 1000000000 : r->hours_nano);
+    __int128 den = (__int128)1000000000 * 1000000000 * (minimum ? 3600 : 1);
     for (int i = 0; i < b.minor_digits; i++)
         num *= 10;
-    e = tally_money_div_round(num, (__int128)1000000000 * 1000000000, &out->cost_minor);
+    e = tally_money_div_round(num, den, &out->cost_minor);
     if (e)
         return e;
     bool controlled = false;
@@ -135,9 +198,10 @@ tally_err tally_admission_json(const tally_admission_req *r, const tally_admissi
         e = tally_buf_json_str(o, r->sku);
     if (!e)
         e = tally_buf_printf(o,
-                             ",\"pricing\":\"%s\",\"cards\":%lld,\"hours\":\"%s\","
-                             "\"unit_price\":\"%s\"",
-                             tally_pricing_name(a->pricing), (long long)r->cards, hours, price);
+                             ",\"pricing\":\"%s\",\"cards\":%lld,\"billed_cards\":%lld,"
+                             "\"hours\":\"%s\",\"unit_price\":\"%s\"",
+                             tally_pricing_name(a->pricing), (long long)r->cards,
+                             (long long)a->billed_cards, hours, price);
     if (!e)
         e = money(o, "cost", a->cost_minor, d);
     if (!e)

@@ -4,11 +4,18 @@
  * The running charges are what a draft `invoice run` of each period not yet
  * finalized shows, computed by the same code: inv_gather, inv_adjustments
  * and tally_rate_period. The periods are the ones running_periods already
- * holds for the account, the ones the caller just wrote usage into, and the
- * current period when usage arrived for a finalized one (its adjustment
- * lines go on the next invoice). They are rated oldest first:
+ * holds for the account, the ones the caller just wrote usage into, those
+ * of its commitments up to the current period (a commitment bills each
+ * period it overlaps in full, from the period's start; the next one joins
+ * when the clock reaches it: the account's next check) and,
+ * for usage that arrived for a finalized period, the first period after it
+ * not finalized (its draft shows the adjustment lines, and its invoice,
+ * finalized next, bills them; that period may have no usage of its own).
+ * They are rated oldest first:
  *   - adjustments for a finalized period are counted on the first open
  *     period after it only (a draft of each later period would repeat them);
+ *     a period finalized out of order, while an earlier one is open, bills
+ *     them instead, and they leave the earlier one then;
  *   - credits are applied period after period, each period's draft seeing
  *     what the earlier ones left of every grant.
  * credits = what the account's unexpired grants hold, less what the drafts
@@ -39,6 +46,7 @@ typedef struct bal_period {
 
 struct bal_engine {
     tally_ledger *l;
+    int64_t now_s; /* the one instant a refresh sees (tally_now_s at its start) */
     inv_gatherer *g;
     inv_input in, scratch;
     tally_line *extra;
@@ -47,6 +55,8 @@ struct bal_engine {
     size_t n_used, cap_used;
     bal_period periods[BAL_PERIODS_MAX];
     size_t n_periods;
+    const tally_interval **res; /* list_resources' working memory */
+    size_t cap_res;
     tally_buf instances, volumes, doc;
     char why[256];
 };
@@ -58,6 +68,7 @@ typedef struct bal_calc {
     int64_t running, covered, credits, balance, burn;
     int64_t last_usage_s;  /* 0: none */
     int64_t next_expiry_s; /* INT64_MAX: none */
+    int64_t next_period_s; /* a commitment bills the next period from then; INT64_MAX: none */
 } bal_calc;
 
 /* What is stored for the account. */
@@ -103,6 +114,7 @@ void bal_engine_destroy(bal_engine *b)
     inv_input_release(&b->scratch);
     free(b->extra);
     free(b->used);
+    free(b->res);
     tally_buf_release(&b->instances);
     tally_buf_release(&b->volumes);
     tally_buf_release(&b->doc);
@@ -189,6 +201,64 @@ static tally_err span_periods(bal_engine *b, const tally_account *a, int64_t lo,
     return e;
 }
 
+static tally_err is_live(bal_engine *b, const char *account, const char *period, bool *live);
+
+/* Adds the periods of [lo, hi] in the account's time zone that are not
+ * finalized. */
+static tally_err span_open_periods(bal_engine *b, const tally_account *a, int64_t lo, int64_t hi)
+{
+    char p[8], last[8];
+    tally_err e = tally_period_of(a->timezone, lo, p, sizeof p);
+    if (!e)
+        e = tally_period_of(a->timezone, hi, last, sizeof last);
+    for (int n = 0; !e && n < BAL_PERIODS_MAX * 8; n++) {
+        bool live = false;
+        e = is_live(b, a->id, p, &live);
+        if (!e && !live)
+            period_add(b, p);
+        if (strcmp(p, last) >= 0)
+            break;
+        char next[8];
+        tally_period_step(p, 1, next, sizeof next);
+        memcpy(p, next, sizeof p);
+    }
+    return e;
+}
+
+/* The periods of the account's commitments, up to the current one: a
+ * commitment bills every period it overlaps in full, as a draft of that
+ * period shows, from the period's start. A later period it overlaps joins
+ * the running charges when the clock reaches it (c->next_period_s, the
+ * account's next check). */
+static tally_err commitment_periods(bal_engine *b, bal_calc *c)
+{
+    char now_p[8];
+    int64_t p_start, p_end;
+    tally_err e = tally_period_of(c->acct.timezone, b->now_s, now_p, sizeof now_p);
+    if (!e)
+        e = tally_period_bounds(now_p, c->acct.timezone, &p_start, &p_end);
+    if (e)
+        return e;
+    sqlite3_stmt *st;
+    e = ledger_cached(b->l, "SELECT from_s, to_s FROM commitments WHERE account = ?1", &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
+    int rc;
+    while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t from = sqlite3_column_int64(st, 0), to = sqlite3_column_int64(st, 1);
+        if (from < p_end) /* the finalized ones have no running charges */
+            e = span_open_periods(b, &c->acct, from, (to < p_end ? to : p_end) - 1);
+        if (to > p_end) /* it bills a later period too: look again when it starts */
+            c->next_period_s = p_end;
+    }
+    if (e) {
+        sqlite3_reset(st);
+        return e;
+    }
+    return ledger_cached_done(b->l, st, rc);
+}
+
 static tally_err is_live(bal_engine *b, const char *account, const char *period, bool *live)
 {
     sqlite3_stmt *st = inv_stmt(b->g, INV_Q_LIVE);
@@ -246,43 +316,76 @@ static int64_t latest_usage(const inv_input *x)
     return t;
 }
 
+static int res_cmp(const void *pa, const void *pb)
+{
+    const tally_interval *a = *(const tally_interval *const *)pa;
+    const tally_interval *b = *(const tally_interval *const *)pb;
+    if (a->meter != b->meter)
+        return a->meter < b->meter ? -1 : 1;
+    int c = strcmp(a->resource, b->resource);
+    return c ? c : a < b ? -1 : a > b; /* then in the input's order */
+}
+
+static int ptr_cmp(const void *pa, const void *pb)
+{
+    const tally_interval *a = *(const tally_interval *const *)pa;
+    const tally_interval *b = *(const tally_interval *const *)pb;
+    return a < b ? -1 : a > b;
+}
+
+static tally_err res_append(tally_buf *out, const tally_interval *iv)
+{
+    bool accel = iv->meter == TALLY_METER_ACCELERATOR;
+    tally_err e = tally_buf_puts(out, out->len > 1 ? ",{" : "{");
+    if (!e)
+        e = tally_buf_puts(out, accel ? "\"instance\":" : "\"volume\":");
+    if (!e)
+        e = tally_buf_json_str(out, iv->resource);
+    if (!e)
+        e = tally_buf_puts(out, accel ? ",\"sku\":" : ",\"class\":");
+    if (!e)
+        e = tally_buf_json_str(out, iv->dim);
+    return e ? e : tally_buf_puts(out, "}");
+}
+
 /* The accelerator instances with usage in [t - window, t), and the volumes
- * with usage in the period, as JSON arrays. */
+ * with usage in the period, as JSON arrays, each resource once (at its
+ * first row), in the input's order. A big account has many rows: they are
+ * picked in one pass and deduplicated by sorting, not row against row. */
 static tally_err list_resources(bal_engine *b, const inv_input *x, int64_t t)
 {
+    size_t k = 0;
+    if (x->n_intervals > b->cap_res) {
+        const tally_interval **p = realloc(b->res, x->n_intervals * sizeof *p);
+        if (!p)
+            return TALLY_NOMEM;
+        b->res = p;
+        b->cap_res = x->n_intervals;
+    }
+    for (size_t i = 0; i < x->n_intervals; i++) {
+        const tally_interval *iv = &x->intervals[i];
+        bool accel = iv->meter == TALLY_METER_ACCELERATOR;
+        if (!(accel ? iv->end_s <= t - TALLY_BALANCE_WINDOW_S || iv->start_s >= t
+                    : iv->end_s <= x->start_s || iv->start_s >= x->end_s))
+            b->res[k++] = iv;
+    }
+    if (k > 1) /* b->res may be NULL when there are no rows */
+        qsort(b->res, k, sizeof *b->res, res_cmp);
+    size_t n = 0; /* an instance may have several rows: keep its first */
+    for (size_t i = 0; i < k; i++)
+        if (n == 0 || b->res[n - 1]->meter != b->res[i]->meter ||
+            strcmp(b->res[n - 1]->resource, b->res[i]->resource) != 0)
+            b->res[n++] = b->res[i];
+    if (n > 1)
+        qsort(b->res, n, sizeof *b->res, ptr_cmp);
     tally_buf_reset(&b->instances);
     tally_buf_reset(&b->volumes);
     tally_err e = tally_buf_puts(&b->instances, "[");
     if (!e)
         e = tally_buf_puts(&b->volumes, "[");
-    for (size_t i = 0; !e && i < x->n_intervals; i++) {
-        const tally_interval *iv = &x->intervals[i];
-        bool accel = iv->meter == TALLY_METER_ACCELERATOR;
-        if (accel ? iv->end_s <= t - TALLY_BALANCE_WINDOW_S || iv->start_s >= t
-                  : iv->end_s <= x->start_s || iv->start_s >= x->end_s)
-            continue;
-        tally_buf *out = accel ? &b->instances : &b->volumes;
-        bool seen = false; /* an instance may have several rows: list it once */
-        for (size_t j = 0; j < i && !seen; j++) {
-            const tally_interval *o = &x->intervals[j];
-            seen = o->meter == iv->meter && strcmp(o->resource, iv->resource) == 0 &&
-                   (accel ? o->end_s > t - TALLY_BALANCE_WINDOW_S && o->start_s < t
-                          : o->end_s > x->start_s && o->start_s < x->end_s);
-        }
-        if (seen)
-            continue;
-        e = tally_buf_puts(out, out->len > 1 ? ",{" : "{");
-        if (!e)
-            e = tally_buf_puts(out, accel ? "\"instance\":" : "\"volume\":");
-        if (!e)
-            e = tally_buf_json_str(out, iv->resource);
-        if (!e)
-            e = tally_buf_puts(out, accel ? ",\"sku\":" : ",\"class\":");
-        if (!e)
-            e = tally_buf_json_str(out, iv->dim);
-        if (!e)
-            e = tally_buf_puts(out, "}");
-    }
+    for (size_t i = 0; !e && i < n; i++)
+        e = res_append(b->res[i]->meter == TALLY_METER_ACCELERATOR ? &b->instances : &b->volumes,
+                       b->res[i]);
     if (!e)
         e = tally_buf_puts(&b->instances, "]");
     return e ? e : tally_buf_puts(&b->volumes, "]");
@@ -360,39 +463,55 @@ static tally_err rate_period(bal_engine *b, bal_calc *c, bal_period *p, const ch
     return e;
 }
 
-/* Rates the open periods oldest first, dropping the ones finalized since
- * (adding the current period in their place when they had late usage) and
- * the ones with nothing to bill. */
-static tally_err rate_open(bal_engine *b, bal_calc *c, bool touched_live)
+/* The first period after p that is not finalized: the adjustments for late
+ * usage of p go on it, as its draft shows them (drafts of later periods
+ * repeat them, and they are counted once). "" when the next
+ * BAL_PERIODS_MAX periods are all finalized. */
+static tally_err next_open(bal_engine *b, const char *account, const char *p, char out[8])
 {
-    char now_p[8];
-    tally_err e = tally_period_of(c->acct.timezone, tally_now_s(), now_p, sizeof now_p);
-    if (e)
-        return e;
+    char cur[8];
+    tally_period_step(p, 1, cur, sizeof cur);
+    for (int n = 0; n < BAL_PERIODS_MAX; n++) {
+        bool live = false;
+        tally_err e = is_live(b, account, cur, &live);
+        if (e || !live) {
+            memcpy(out, cur, sizeof cur);
+            return e;
+        }
+        char next[8];
+        tally_period_step(cur, 1, next, sizeof next);
+        memcpy(cur, next, sizeof cur);
+    }
+    out[0] = '\0';
+    return TALLY_OK;
+}
+
+/* Rates the open periods oldest first, dropping the ones finalized since
+ * (adding in their place the first open period after each, which bills
+ * their late usage) and the ones with nothing to bill. */
+static tally_err rate_open(bal_engine *b, bal_calc *c)
+{
+    char live_p[BAL_PERIODS_MAX][8];
+    size_t n_live = 0;
+    tally_err e = TALLY_OK;
     for (size_t i = 0; i < b->n_periods; i++) {
         bool live = false;
         e = is_live(b, c->acct.id, b->periods[i].period, &live);
         if (e)
             return e;
         if (live) {
-            touched_live = true;
+            memcpy(live_p[n_live++], b->periods[i].period, sizeof live_p[0]);
             b->periods[i].period[0] = '\0';
         }
     }
-    if (touched_live) /* its adjustments go on the next period not finalized */
-        for (int n = 0; n < 3; n++) {
-            bool live = false;
-            e = is_live(b, c->acct.id, now_p, &live);
-            if (e)
-                return e;
-            if (!live) {
-                period_add(b, now_p);
-                break;
-            }
-            char next[8];
-            tally_period_step(now_p, 1, next, sizeof next);
-            memcpy(now_p, next, sizeof now_p);
-        }
+    for (size_t i = 0; i < n_live; i++) {
+        char open[8];
+        e = next_open(b, c->acct.id, live_p[i], open);
+        if (e)
+            return e;
+        if (open[0])
+            period_add(b, open);
+    }
     qsort(b->periods, b->n_periods, sizeof *b->periods, period_cmp);
     const char *prev = NULL;
     size_t k = 0;
@@ -425,10 +544,9 @@ static tally_err credits_left(bal_engine *b, bal_calc *c)
         &st);
     if (e)
         return e;
-    int64_t now = tally_now_s();
     sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, c->acct.currency, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_int64(st, 3, b->now_s);
     int rc;
     c->credits = 0;
     c->next_expiry_s = INT64_MAX;
@@ -615,7 +733,7 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
     if (next_check != INT64_MAX)
         sqlite3_bind_int64(st, 11, next_check);
     sqlite3_bind_int64(st, 12, s->event_seq);
-    sqlite3_bind_int64(st, 13, tally_now_s());
+    sqlite3_bind_int64(st, 13, b->now_s);
     e = ledger_cached_done(b->l, st, sqlite3_step(st));
     if (!e)
         e = ledger_cached(b->l, "DELETE FROM running_periods WHERE account = ?1", &st);
@@ -683,7 +801,7 @@ static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
         return e;
     tally_balance_state to = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
     bal_event_ctx x = {b, c, &lim, s.found ? s.state : TALLY_BALANCE_OK, to, cause, &s};
-    int64_t now = tally_now_s();
+    int64_t now = b->now_s;
     if (to == TALLY_BALANCE_EXHAUSTED && !s.exhausted) {
         s.exhausted = true;
         s.exhausted_since_s = now;
@@ -693,7 +811,7 @@ static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
         s.released = false;
     }
     e = transition(&x);
-    int64_t next = c->next_expiry_s;
+    int64_t next = c->next_expiry_s < c->next_period_s ? c->next_expiry_s : c->next_period_s;
     if (!e && s.exhausted && !s.released) {
         int64_t due = s.exhausted_since_s + lim.release_after_s;
         if (due <= now) {
@@ -707,45 +825,61 @@ static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
     return e ? e : store(b, c, to, &s, next);
 }
 
-tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
-                      const char *cause)
+/* Computes the account's running charges, credits and balance into c as of
+ * b->now_s, writing nothing. The periods rated: the stored ones, those of
+ * [lo_s, hi_s] and of the commitments, and with rescan those of all the
+ * account's usage (a first refresh, a new time zone, a void: late
+ * adjustments that a voided invoice carried are pending again). */
+static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
+                         bool rescan, bal_calc *c)
 {
-    bal_calc c = {.next_expiry_s = INT64_MAX};
+    *c = (bal_calc){.next_expiry_s = INT64_MAX, .next_period_s = INT64_MAX};
     b->n_periods = 0;
     b->n_used = 0;
     tally_buf_reset(&b->instances);
     tally_buf_reset(&b->volumes);
-    tally_err e = tally_ledger_account_get(b->l, account, &c.acct);
+    tally_err e = tally_ledger_account_get(b->l, account, &c->acct);
     if (e)
         return e;
-    c.ccy = tally_currency_find(c.acct.currency);
-    if (!c.ccy)
+    c->ccy = tally_currency_find(c->acct.currency);
+    if (!c->ccy)
         return TALLY_UNKNOWN_CURRENCY;
-    bal_stored s = {0};
     e = stored_periods(b, account);
-    if (!e)
-        e = stored_state(b, account, &s);
-    bool rescan = !s.found || strcmp(cause, "account") == 0;
-    if (!e && rescan && !b->l->shards) { /* first refresh, or a new time zone */
+    if (!e && rescan && !b->l->shards) {
         int64_t ulo = 1, uhi = 0;
         e = usage_span(b, account, &ulo, &uhi);
         if (!e && ulo <= uhi)
-            e = span_periods(b, &c.acct, ulo, uhi);
+            e = span_periods(b, &c->acct, ulo, uhi);
     }
     if (!e && lo_s <= hi_s)
-        e = span_periods(b, &c.acct, lo_s, hi_s);
+        e = span_periods(b, &c->acct, lo_s, hi_s);
     if (!e)
-        e = rate_open(b, &c, false);
+        e = commitment_periods(b, c);
     if (!e)
-        e = credits_left(b, &c);
+        e = rate_open(b, c);
     if (!e)
-        e = tally_money_sub(c.covered, c.running, &c.balance); /* -(running - covered) */
+        e = credits_left(b, c);
     if (!e)
-        e = tally_money_add(c.balance, c.credits, &c.balance);
+        e = tally_money_sub(c->covered, c->running, &c->balance); /* -(running - covered) */
+    if (!e)
+        e = tally_money_add(c->balance, c->credits, &c->balance);
     if (!e && b->instances.len == 0)
         e = tally_buf_puts(&b->instances, "[]");
     if (!e && b->volumes.len == 0)
         e = tally_buf_puts(&b->volumes, "[]");
+    return e;
+}
+
+tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
+                      const char *cause)
+{
+    bal_calc c;
+    bal_stored s;
+    b->now_s = tally_now_s();
+    tally_err e = stored_state(b, account, &s);
+    bool rescan = !s.found || strcmp(cause, "account") == 0 || strcmp(cause, "void") == 0;
+    if (!e)
+        e = compute(b, account, lo_s, hi_s, rescan, &c);
     return e ? e : settle(b, &c, cause);
 }
 
@@ -777,5 +911,138 @@ tally_err ledger_balance_refresh_span(tally_ledger *l, const char *account, int6
     if (!e)
         e = bal_refresh(b, account, lo_s, hi_s, cause);
     bal_engine_destroy(b);
+    return e;
+}
+
+/* ---- tally verify: a stored balance against its recomputation --------------- */
+
+typedef struct bal_row {
+    int64_t v[5]; /* running, covered, credits, balance, burn */
+    char state[16];
+    bool exhausted, released, has_next;
+    int64_t exhausted_since_s, next_check_s, updated_at_s;
+} bal_row;
+
+static const char *const bal_fields[5] = {"running_minor", "covered_minor", "credits_minor",
+                                          "balance_minor", "burn_minor"};
+
+static tally_err row_read(bal_engine *b, const char *account, bal_row *r, bool *found)
+{
+    sqlite3_stmt *st;
+    tally_err e =
+        ledger_prepare(b->l,
+                       "SELECT running_minor, covered_minor, credits_minor, "
+                       "balance_minor, burn_minor, state, exhausted_since_s, released, "
+                       "next_check_s, updated_at FROM account_balances WHERE account = ?1",
+                       &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    *found = rc == SQLITE_ROW;
+    if (rc == SQLITE_ROW) {
+        for (int i = 0; i < 5; i++)
+            r->v[i] = sqlite3_column_int64(st, i);
+        snprintf(r->state, sizeof r->state, "%s", (const char *)sqlite3_column_text(st, 5));
+        r->exhausted = sqlite3_column_type(st, 6) != SQLITE_NULL;
+        r->exhausted_since_s = sqlite3_column_int64(st, 6);
+        r->released = sqlite3_column_int(st, 7) != 0;
+        r->has_next = sqlite3_column_type(st, 8) != SQLITE_NULL;
+        r->next_check_s = sqlite3_column_int64(st, 8);
+        r->updated_at_s = sqlite3_column_int64(st, 9);
+        rc = SQLITE_DONE;
+    }
+    return ledger_finish(b->l, st, rc);
+}
+
+/* The stored running periods against the recomputed ones (b->periods). */
+static tally_err periods_check(bal_engine *b, const char *account, char *why, size_t cap)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(b->l,
+                                 "SELECT period, subtotal_minor, credits_minor, due_minor FROM "
+                                 "running_periods WHERE account = ?1 ORDER BY period",
+                                 &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    size_t i = 0;
+    int rc;
+    while (!why[0] && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *p = (const char *)sqlite3_column_text(st, 0);
+        const bal_period *want = i < b->n_periods ? &b->periods[i] : NULL;
+        int64_t got[3] = {sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2),
+                          sqlite3_column_int64(st, 3)};
+        if (!want || strcmp(want->period, p) != 0)
+            snprintf(why, cap, "running period %s is stored, but recomputing gives %s", p,
+                     want ? want->period : "no more periods");
+        else if (got[0] != want->subtotal || got[1] != want->credits || got[2] != want->due)
+            snprintf(why, cap,
+                     "running period %s stores subtotal %lld, credits %lld, due %lld, but "
+                     "recomputing gives %lld, %lld, %lld",
+                     p, (long long)got[0], (long long)got[1], (long long)got[2],
+                     (long long)want->subtotal, (long long)want->credits, (long long)want->due);
+        i++;
+    }
+    if (why[0])
+        rc = SQLITE_DONE;
+    else if (rc == SQLITE_DONE && i < b->n_periods)
+        snprintf(why, cap, "running period %s is missing", b->periods[i].period);
+    sqlite3_reset(st);
+    return ledger_finish(b->l, st, rc);
+}
+
+/* The state, exhaustion and next check that settle would have stored with c. */
+static tally_err state_check(bal_engine *b, const bal_calc *c, const bal_row *r, char *why,
+                             size_t cap)
+{
+    tally_limits lim;
+    bool controlled = false;
+    tally_err e = bal_limits_get(b->l, c->acct.id, &lim);
+    if (!e)
+        e = bal_under_control(b->l, c->acct.id, &controlled);
+    if (e)
+        return e;
+    tally_balance_state want = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
+    bool exhausted = want == TALLY_BALANCE_EXHAUSTED;
+    int64_t next = c->next_expiry_s < c->next_period_s ? c->next_expiry_s : c->next_period_s;
+    if (exhausted && r->exhausted && !r->released &&
+        r->exhausted_since_s + lim.release_after_s < next)
+        next = r->exhausted_since_s + lim.release_after_s;
+    if (strcmp(r->state, tally_balance_state_name(want)) != 0)
+        snprintf(why, cap, "state is %s, but its balance and limits give %s", r->state,
+                 tally_balance_state_name(want));
+    else if (r->exhausted != exhausted || (r->released && !exhausted) ||
+             (r->exhausted && r->exhausted_since_s > r->updated_at_s))
+        snprintf(why, cap, "exhausted_since and released do not fit state %s", r->state);
+    else if (r->has_next != (next != INT64_MAX) || (r->has_next && r->next_check_s != next))
+        snprintf(why, cap, "next_check_s is %lld, but recomputing gives %lld",
+                 r->has_next ? (long long)r->next_check_s : -1LL,
+                 next != INT64_MAX ? (long long)next : -1LL);
+    return TALLY_OK;
+}
+
+tally_err bal_check(bal_engine *b, const char *account, char *why, size_t cap)
+{
+    bal_row r;
+    bool found = false;
+    bal_calc c;
+    why[0] = '\0';
+    tally_err e = row_read(b, account, &r, &found);
+    if (e || !found)
+        return e;
+    b->now_s = r.updated_at_s; /* as the refresh that stored it saw the clock */
+    e = compute(b, account, 1, 0, true, &c);
+    if (e)
+        return e;
+    const int64_t want[5] = {c.running, c.covered, c.credits, c.balance, c.burn};
+    for (int i = 0; i < 5 && !why[0]; i++)
+        if (r.v[i] != want[i])
+            snprintf(why, cap, "%s is %lld, but recomputing it from the ledger gives %lld",
+                     bal_fields[i], (long long)r.v[i], (long long)want[i]);
+    if (!why[0])
+        e = periods_check(b, account, why, cap);
+    if (!e && !why[0])
+        e = state_check(b, &c, &r, why, cap);
     return e;
 }

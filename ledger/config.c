@@ -261,7 +261,8 @@ tally_err tally_ledger_account_set(tally_ledger *l, const char *id, const char *
         e = account_merge(l, &a, found, currency, timezone, name);
     if (e == TALLY_OK)
         e = account_write(l, &a, found);
-    if (e == TALLY_OK && found && timezone) /* the periods are the time zone's */
+    /* the periods are the time zone's, the grants that count the currency's */
+    if (e == TALLY_OK && found && (timezone || currency))
         e = ledger_balance_rezone(l, id);
     return finish(l, e);
 }

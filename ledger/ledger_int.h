@@ -171,7 +171,8 @@ tally_err ledger_balance_refresh(tally_ledger *l, const char *account, const cha
  * (a voided period comes back into the running charges). */
 tally_err ledger_balance_refresh_span(tally_ledger *l, const char *account, int64_t lo_s,
                                       int64_t hi_s, const char *cause);
-/* After the account's time zone changed: its periods are found again. */
+/* After the account's time zone or currency changed: its periods are found
+ * again and its grants counted again. */
 tally_err ledger_balance_rezone(tally_ledger *l, const char *account);
 
 /* Refreshes every account that has a balance, in the caller's transaction
@@ -184,6 +185,14 @@ tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes);
 
 /* The account's limits (defaults when none are stored). Errors: TALLY_DB. */
 tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out);
+
+/* For tally verify (verify_balance.c): recomputes the account's balance as
+ * of its stored updated_at with the refresh's code, from all its usage,
+ * writing nothing, and compares it with its account_balances and
+ * running_periods rows; why is "" when they agree, else names the first
+ * difference. An account without a stored balance agrees. Errors: those of
+ * a refresh. */
+tally_err bal_check(bal_engine *b, const char *account, char *why, size_t cap);
 
 /* ======== the lock file of a shard (shard_lock.c) ======== */
 
@@ -751,5 +760,7 @@ tally_err verify_keys(vctx *v);
 tally_err verify_chain(vctx *v);
 /* The signed heads held as ledger.head outbox events (chain_head.c). */
 tally_err verify_heads(vctx *v);
+/* The prepaid balances against their recomputation (verify_balance.c). */
+tally_err verify_balances(vctx *v);
 
 #endif

@@ -23,7 +23,10 @@
  *   9. the ledger's own chain (verify_chain.c): links, every covered row
  *      unchanged since its entry, no covered row outside the chain, usage
  *      against the chained batch totals, the signed heads it holds;
- *  10. on a ledger directory, each shard's integrity, triggers and chain.
+ *  10. on a ledger directory, each shard's integrity, triggers and chain;
+ *  11. the prepaid balances, which are derived (account_balances,
+ *      running_periods): each recomputed by the refresh's own code and
+ *      compared with what is stored (verify_balance.c).
  * Everything is read in one read transaction, so a concurrent writer cannot
  * make a consistent ledger look inconsistent. */
 #include <stdarg.h>
@@ -765,8 +768,8 @@ static tally_err check_shards(vctx *v)
 typedef tally_err (*check_fn)(vctx *v);
 
 static const check_fn checks[] = {
-    check_integrity, check_triggers, check_ledger_sql,  check_documents,
-    check_rows_sql,  verify_chain,   check_derived_sql, check_shards,
+    check_integrity, check_triggers,    check_ledger_sql, check_documents, check_rows_sql,
+    verify_chain,    check_derived_sql, check_shards,     verify_balances,
 };
 
 static tally_err summary(vctx *v)

@@ -486,6 +486,16 @@ static void test_signed_head(void **state)
     trigger_text("ledger_chain_no_delete", &fix);
     write_file("fix.sql", fix.data);
     assert_int_equal(tu_sh(&out, "cd '%s' && sqlite3 -bail hd_cut.db < fix.sql", dir), 0);
+    /* acme's prepaid balance still counts the grant: recomputed, it differs */
+    assert_int_equal(tally(&out, "hd_cut.db", "tally.key", "verify"), 1);
+    assert_non_null(strstr(out.data, "FAILED: balance of account acme: credits_minor"));
+    /* the derived balance removed too (a read would derive it again) */
+    assert_int_equal(tu_sh(&out,
+                           "cd '%s' && sqlite3 -bail hd_cut.db \"DELETE FROM account_balances "
+                           "WHERE account = 'acme'; DELETE FROM running_periods WHERE account = "
+                           "'acme';\"",
+                           dir),
+                     0);
     assert_int_equal(tally(&out, "hd_cut.db", "tally.key", "verify"), 0); /* consistent... */
     assert_int_equal(tally(&out, "hd_cut.db", "tally.key", "verify --head h2.json"), 1);
     assert_non_null(strstr(out.data, "before the signed head"));

@@ -83,12 +83,14 @@ static void test_admission_query(void **state)
     /* acme has no grant and no limits: billed in arrears, always allowed. */
     expect("/v1/accounts/acme/admission?sku=h100&cards=8&hours=1", fx.acme, 200,
            "{\"allowed\":true,\"account\":\"acme\",\"currency\":\"CNY\",\"sku\":\"h100\","
-           "\"pricing\":\"on_demand\",\"cards\":8,\"hours\":\"1\",\"unit_price\":\"2.58\","
+           "\"pricing\":\"on_demand\",\"cards\":8,\"billed_cards\":8,\"hours\":\"1\",\"unit_"
+           "price\":\"2.58\","
            "\"cost\":\"20.64\"");
     expect("/v1/accounts/acme/admission?hours=0.5&pricing=spot&cards=2&sku=rtx4090", fx.admin, 200,
-           "\"pricing\":\"spot\",\"cards\":2,\"hours\":\"0.5\",\"unit_price\":\"0.50\"");
+           "\"pricing\":\"spot\",\"cards\":2,\"billed_cards\":2,\"hours\":\"0.5\",\"unit_price\":"
+           "\"0.50\"");
     expect("/v1/accounts/acme/admission?sku=h100&cards=1&hours=1&pricing=reserved", fx.acme, 200,
-           "\"unit_price\":\"1.55\"");
+           "\"unit_price\":\"2.58\"" /* no commitment: overage at on-demand */);
     static const struct {
         const char *query, *why;
     } bad[] = {

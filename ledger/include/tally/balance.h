@@ -6,9 +6,9 @@
  * the same transaction as every write that can change them: a usage batch
  * from any input path, a grant, a change of the account's limits, a spot
  * price or rate card, an invoice finalized or voided; and, for what changes
- * with the clock alone (a grant expiring, the release grace ending), by
- * tally_balance_sweep and by any read that finds the account due. So a read
- * is a lookup, never a rating.
+ * with the clock alone (a grant expiring, the release grace ending, a
+ * commitment's next period starting), by tally_balance_sweep and by any
+ * read that finds the account due. So a read is a lookup, never a rating.
  *
  * A refresh that moves the state writes the events of SPEC section 9 to the
  * outbox in its transaction, in order (include/tally/outbox.h):
@@ -109,8 +109,8 @@ TALLY_MUST_CHECK tally_err tally_balance_get(tally_ledger *l, const char *accoun
 TALLY_MUST_CHECK tally_err tally_balance_json(const tally_balance *b, tally_buf *out);
 
 /* Refreshes every account whose next check (a grant expiring, a release
- * grace ending) is at or before now_s, each in its own transaction; *n
- * counts them. Errors: TALLY_DB and those of a refresh. */
+ * grace ending, a commitment's next period starting) is at or before
+ * now_s, each in its own transaction; *n counts them. Errors: TALLY_DB and those of a refresh. */
 TALLY_MUST_CHECK tally_err tally_balance_sweep(tally_ledger *l, int64_t now_s, int64_t *n);
 
 /* Refreshes every account that has a balance (after a price change made
@@ -138,23 +138,26 @@ typedef struct tally_admission {
     char currency[4];
     int minor_digits;
     tally_pricing pricing;
-    int64_t unit_price_nano; /* per card-hour, today's */
-    int64_t cost_minor;      /* cards x hours x price, rounded once half-up */
+    int64_t unit_price_nano; /* per card-hour, today's (reserved: on-demand, for the overage) */
+    int64_t billed_cards;    /* cards billed: reserved ones beyond the free committed cards */
+    int64_t cost_minor;      /* billed cards x hours x price, rounded once half-up */
     int64_t balance_minor, stop_at_minor;
     int64_t shortfall_minor; /* cost - (balance - stop_at) when not allowed; else 0 */
 } tally_admission;
 
 /* Whether the account's balance pays for cards x hours of sku at today's
  * price (the rate card in force now, the spot point in force now) without
- * going below its stop mark. An account not under spend control (no grant,
- * no limits: billed in arrears) is always allowed.
- * Errors: TALLY_NOT_FOUND (account), TALLY_INVAL (unknown SKU, no such
- * pricing for it, cards or hours out of range: why names it), TALLY_OVERFLOW,
- * TALLY_DB. */
+ * going below its stop mark. Reserved usage is priced as it is billed:
+ * nothing more within the account's commitments of the SKU in force now,
+ * less the reserved cards its instances reported in the last
+ * TALLY_BALANCE_WINDOW_S seconds; on-demand for the cards beyond. An account not under spend
+ * control (no grant, no limits: billed in arrears) is always allowed. Errors: TALLY_NOT_FOUND
+ * (account), TALLY_INVAL (unknown SKU, no such pricing for it, cards or hours out of range: why
+ * names it), TALLY_OVERFLOW, TALLY_DB. */
 TALLY_MUST_CHECK tally_err tally_admission_check(tally_ledger *l, const tally_admission_req *r,
                                                  tally_admission *out, char *why, size_t cap);
 
-/* {"allowed","account","currency","sku","pricing","cards","hours",
+/* {"allowed","account","currency","sku","pricing","cards","billed_cards","hours",
  *  "unit_price","cost","balance","stop_at","balance_after"[,"shortfall"]}.
  * Errors: TALLY_NOMEM. */
 TALLY_MUST_CHECK tally_err tally_admission_json(const tally_admission_req *r,
