@@ -691,13 +691,19 @@ static tally_err emit(bal_event_ctx *x, const char *type)
 static tally_err transition(bal_event_ctx *x)
 {
     tally_err e = TALLY_OK;
-    if (x->to > x->from) { /* down */
-        if (x->from == TALLY_BALANCE_OK && x->lim->has_low)
+    tally_balance_state from = x->from, to = x->to;
+    if (to > from) { /* down, one mark at a time: each event names the state it announces */
+        if (from == TALLY_BALANCE_OK && x->lim->has_low) {
+            x->to = TALLY_BALANCE_LOW;
             e = emit(x, TALLY_EVENT_BALANCE_LOW);
-        if (!e && x->to == TALLY_BALANCE_EXHAUSTED)
+            x->from = TALLY_BALANCE_LOW;
+            x->to = to;
+        }
+        if (!e && to == TALLY_BALANCE_EXHAUSTED)
             e = emit(x, TALLY_EVENT_BALANCE_EXHAUSTED);
-        if (!e && x->to == TALLY_BALANCE_EXHAUSTED)
+        if (!e && to == TALLY_BALANCE_EXHAUSTED)
             e = emit(x, TALLY_EVENT_ACCOUNT_SUSPEND);
+        x->from = from;
     } else if (x->to < x->from) { /* up */
         e = emit(x, TALLY_EVENT_BALANCE_RECOVERED);
         if (!e && x->from == TALLY_BALANCE_EXHAUSTED)

@@ -501,7 +501,10 @@ static void test_low_and_stop_at_once(void **state)
 
     events_load(&f, "acme", &x);
     assert_int_equal(x.n, 3);
-    expect_event(&x, 0, TALLY_EVENT_BALANCE_LOW, "acme", 1, "exhausted", "usage");
+    /* each event names the state it announces: ok -> low, then low -> exhausted */
+    expect_event(&x, 0, TALLY_EVENT_BALANCE_LOW, "acme", 1, "low", "usage");
+    assert_string_equal(jstr(x.v[0].data, "previous_state"), "ok");
+    assert_string_equal(jstr(x.v[1].data, "previous_state"), "low");
     expect_event(&x, 1, TALLY_EVENT_BALANCE_EXHAUSTED, "acme", 2, "exhausted", "usage");
     expect_event(&x, 2, TALLY_EVENT_ACCOUNT_SUSPEND, "acme", 3, "exhausted", "usage");
     assert_string_equal(jstr(x.v[0].data, "previous_state"), "ok");
