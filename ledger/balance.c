@@ -55,6 +55,8 @@ struct bal_engine {
     size_t n_used, cap_used;
     bal_period periods[BAL_PERIODS_MAX];
     size_t n_periods;
+    char stored[BAL_PERIODS_MAX][8]; /* the running periods stored before this refresh */
+    size_t n_stored;
     const tally_interval **res; /* list_resources' working memory */
     size_t cap_res;
     tally_buf instances, volumes, doc;
@@ -153,8 +155,13 @@ static tally_err stored_periods(bal_engine *b, const char *account)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        period_add(b, (const char *)sqlite3_column_text(st, 0));
+    b->n_stored = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *p = (const char *)sqlite3_column_text(st, 0);
+        period_add(b, p);
+        if (b->n_stored < BAL_PERIODS_MAX)
+            snprintf(b->stored[b->n_stored++], sizeof b->stored[0], "%s", p);
+    }
     return ledger_cached_done(b->l, st, rc);
 }
 
@@ -741,16 +748,21 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
     sqlite3_bind_int64(st, 12, s->event_seq);
     sqlite3_bind_int64(st, 13, b->now_s);
     e = ledger_cached_done(b->l, st, sqlite3_step(st));
-    if (!e)
+    /* The same periods as stored (the common case): each row is replaced;
+     * else the account's rows are written anew. */
+    bool same = b->n_stored == b->n_periods;
+    for (size_t i = 0; same && i < b->n_periods; i++)
+        same = strcmp(b->stored[i], b->periods[i].period) == 0;
+    if (!e && !same)
         e = ledger_cached(b->l, "DELETE FROM running_periods WHERE account = ?1", &st);
-    if (!e) {
+    if (!e && !same) {
         sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
         e = ledger_cached_done(b->l, st, sqlite3_step(st));
     }
     if (!e)
         e = ledger_cached(b->l,
-                          "INSERT INTO running_periods(account, period, subtotal_minor, "
-                          "credits_minor, due_minor) VALUES (?1, ?2, ?3, ?4, ?5)",
+                          "INSERT OR REPLACE INTO running_periods(account, period, "
+                          "subtotal_minor, credits_minor, due_minor) VALUES (?1, ?2, ?3, ?4, ?5)",
                           &st);
     for (size_t i = 0; !e && i < b->n_periods; i++) {
         sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
@@ -792,17 +804,41 @@ tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes)
 }
 
 /* The state change, the release grace and what is stored. */
-static tally_err settle(bal_engine *b, const bal_calc *c, const char *cause)
+/* The account's limits and whether spend control applies, in one lookup. */
+static tally_err limits_and_control(bal_engine *b, const char *account, tally_limits *lim,
+                                    bool *controlled)
 {
-    tally_limits lim;
-    bal_stored s;
-    tally_err e = bal_limits_get(b->l, c->acct.id, &lim);
-    if (!e)
-        e = stored_state(b, c->acct.id, &s);
+    *lim = (tally_limits){.release_after_s = TALLY_BALANCE_RELEASE_DEFAULT};
+    sqlite3_stmt *st;
+    tally_err e = ledger_cached(
+        b->l,
+        "SELECT l.low_balance_minor, l.stop_at_minor, l.release_after_s, l.account IS NOT NULL "
+        "OR EXISTS (SELECT 1 FROM grants WHERE account = ?1 AND kind != 'adjustment') "
+        "FROM (SELECT ?1 AS a) LEFT JOIN account_limits l ON l.account = a",
+        &st);
     if (e)
         return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        bool has_row = sqlite3_column_type(st, 1) != SQLITE_NULL;
+        lim->has_low = sqlite3_column_type(st, 0) != SQLITE_NULL;
+        lim->low_minor = sqlite3_column_int64(st, 0);
+        if (has_row) {
+            lim->stop_at_minor = sqlite3_column_int64(st, 1);
+            lim->release_after_s = sqlite3_column_int64(st, 2);
+        }
+        *controlled = sqlite3_column_int(st, 3) != 0;
+        rc = SQLITE_DONE;
+    }
+    return ledger_cached_done(b->l, st, rc);
+}
+
+static tally_err settle(bal_engine *b, const bal_calc *c, bal_stored s, const char *cause)
+{
+    tally_limits lim;
     bool controlled = false;
-    e = bal_under_control(b->l, c->acct.id, &controlled);
+    tally_err e = limits_and_control(b, c->acct.id, &lim, &controlled);
     if (e)
         return e;
     tally_balance_state to = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
@@ -886,7 +922,7 @@ tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t 
     bool rescan = !s.found || strcmp(cause, "account") == 0 || strcmp(cause, "void") == 0;
     if (!e)
         e = compute(b, account, lo_s, hi_s, rescan, &c);
-    return e ? e : settle(b, &c, cause);
+    return e ? e : settle(b, &c, s, cause);
 }
 
 tally_err ledger_balance_refresh(tally_ledger *l, const char *account, const char *cause)

@@ -245,13 +245,18 @@ static tally_err exec_cached(tally_ledger *l, const char *sql)
     return e ? e : ledger_cached_done(l, st, sqlite3_step(st));
 }
 
+static bool refresh_recoverable(tally_err e)
+{
+    return e != TALLY_OK && !tally_err_is_fatal(e) && e != TALLY_NOMEM && e != TALLY_IO;
+}
+
 static tally_err refresh_one(tally_batch *b, bal_engine *eng, const batch_touch *t)
 {
     tally_err e = exec_cached(b->l, "SAVEPOINT balance");
     if (e != TALLY_OK)
         return e;
     e = bal_refresh(eng, t->account, t->lo_s, t->hi_s, "usage");
-    if (e != TALLY_OK && !tally_err_is_fatal(e) && e != TALLY_NOMEM && e != TALLY_IO) {
+    if (refresh_recoverable(e)) {
         tally_log(TALLY_LOG_WARNING, "ledger", "balance of %s not refreshed: %s (%s)", t->account,
                   tally_err_str(e), b->l->errmsg);
         e = exec_cached(b->l, "ROLLBACK TO balance");
@@ -260,16 +265,33 @@ static tally_err refresh_one(tally_batch *b, bal_engine *eng, const batch_touch 
     return e != TALLY_OK ? e : r;
 }
 
+/* All touched accounts under one savepoint; if one cannot be rated, they are
+ * done again one savepoint each, so that only that account keeps its
+ * previous balance. */
 static tally_err refresh_touched(tally_batch *b)
 {
     if (b->n_touched == 0)
         return TALLY_OK;
     bal_engine *eng = NULL; /* per commit: prices may change between commits */
     tally_err e = bal_engine_create(b->l, &eng);
-    for (size_t i = 0; e == TALLY_OK && i < b->n_touched; i++)
-        e = refresh_one(b, eng, &b->touched[i]);
+    if (e == TALLY_OK)
+        e = exec_cached(b->l, "SAVEPOINT balances");
+    if (e != TALLY_OK) {
+        bal_engine_destroy(eng);
+        return e;
+    }
+    size_t i = 0;
+    for (; e == TALLY_OK && i < b->n_touched; i++)
+        e = bal_refresh(eng, b->touched[i].account, b->touched[i].lo_s, b->touched[i].hi_s,
+                        "usage");
+    if (refresh_recoverable(e)) {
+        e = exec_cached(b->l, "ROLLBACK TO balances");
+        for (i = 0; e == TALLY_OK && i < b->n_touched; i++)
+            e = refresh_one(b, eng, &b->touched[i]);
+    }
+    tally_err r = exec_cached(b->l, "RELEASE balances");
     bal_engine_destroy(eng);
-    return e;
+    return e != TALLY_OK ? e : r;
 }
 
 static void touch_reset(tally_batch *b)
