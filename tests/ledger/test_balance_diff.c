@@ -1100,6 +1100,9 @@ static void round_teardown(world *w)
         FAILW(w, "verify: %s", why);
     tally_ledger_close(w->l);
     w->l = NULL;
+    /* passed: the round's ledger and its copy (some 20 MB) go; a failure
+     * keeps them for a look */
+    assert_int_equal(tu_sh(NULL, "rm -rf '%s'", w->dir), 0);
     for (size_t i = 0; i < w->n_ev; i++)
         free(w->ev[i].json);
     free(w->ev);
