@@ -53,12 +53,15 @@ static int parse_limits(cli_ctx *ctx, const char *code, const limit_args *x, lim
     return rc;
 }
 
-/* A new account has no stored limits: its new ones are checked before the
- * account is created, so a refusal stores nothing. */
-static int check_new(cli_ctx *ctx, const limit_vals *v)
+/* The limits as they will be, checked before anything is written (the
+ * account's other settings are written first), so a refusal stores nothing.
+ * cur: the stored limits, or the defaults of a new account. */
+static int check_merged(cli_ctx *ctx, const limit_vals *v, const tally_limits *cur)
 {
-    int64_t stop = v->ch.stop_at_minor ? v->stop : 0;
-    if (v->ch.low_minor && v->low <= stop)
+    bool has_low = v->ch.low_minor ? true : v->ch.clear_low ? false : cur->has_low;
+    int64_t low = v->ch.low_minor ? v->low : cur->low_minor;
+    int64_t stop = v->ch.stop_at_minor ? v->stop : cur->stop_at_minor;
+    if (has_low && low <= stop)
         return cli_error(ctx, CLI_USAGE, "the low-balance mark must be above the stop mark");
     return CLI_OK;
 }
@@ -125,8 +128,11 @@ int cmd_account(cli_ctx *ctx, int argc, char **argv)
     char code[4] = "";
     bool is_new = tally_ledger_account_get(l, pos[1], &a) == TALLY_NOT_FOUND;
     tally_err e = limits ? tally_ledger_currency_for(l, pos[1], currency, code) : TALLY_OK;
-    if (e == TALLY_OK && limits && (rc = parse_limits(ctx, code, &x, &v)) == CLI_OK && is_new)
-        rc = check_new(ctx, &v);
+    tally_balance cur = {.limits = {.release_after_s = TALLY_BALANCE_RELEASE_DEFAULT}};
+    if (e == TALLY_OK && limits && !is_new)
+        e = tally_balance_get(l, pos[1], &cur);
+    if (e == TALLY_OK && limits && (rc = parse_limits(ctx, code, &x, &v)) == CLI_OK)
+        rc = check_merged(ctx, &v, &cur.limits);
     if (rc) {
         tally_ledger_close(l);
         return rc;

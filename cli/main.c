@@ -22,8 +22,9 @@ const cli_command cli_commands[] = {
      "grant ACCOUNT AMOUNT --kind K [--currency C] [--priority N] [--effective T] "
      "[--expires T] [--scope EXPR] [--idempotency-key KEY]",
      "grant a credit; prints its id", cmd_credit},
-    {"balance", "ACCOUNT | --sweep",
-     "an account's prepaid balance (JSON); --sweep: refresh the balances due", cmd_balance},
+    {"balance", "ACCOUNT | --sweep | --rebuild",
+     "an account's prepaid balance (JSON); --sweep: refresh the balances due; --rebuild: all",
+     cmd_balance},
     {"admission", "ACCOUNT --sku S --cards N --hours H [--pricing P]",
      "whether the balance pays for that usage (exit 0) or not (exit 3)", cmd_admission},
     {"ingest", "FILE|-", "ingest NDJSON usage events", cmd_ingest},

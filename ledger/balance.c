@@ -919,7 +919,8 @@ tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t 
     bal_stored s;
     b->now_s = tally_now_s();
     tally_err e = stored_state(b, account, &s);
-    bool rescan = !s.found || strcmp(cause, "account") == 0 || strcmp(cause, "void") == 0;
+    bool rescan = !s.found || strcmp(cause, "account") == 0 || strcmp(cause, "void") == 0 ||
+                  strcmp(cause, "rebuild") == 0;
     if (!e)
         e = compute(b, account, lo_s, hi_s, rescan, &c);
     return e ? e : settle(b, &c, s, cause);

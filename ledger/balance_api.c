@@ -291,8 +291,7 @@ tally_err tally_balance_sweep(tally_ledger *l, int64_t now_s, int64_t *n)
 
 tally_err tally_balance_refresh_all(tally_ledger *l, int64_t *n)
 {
-    return refresh_each(l, "SELECT account FROM account_balances WHERE ?1 = ?1 ORDER BY account", 0,
-                        "price", n);
+    return refresh_each(l, "SELECT id FROM accounts WHERE ?1 = ?1 ORDER BY id", 0, "rebuild", n);
 }
 
 tally_err ledger_balance_refresh_all(tally_ledger *l, const char *cause)

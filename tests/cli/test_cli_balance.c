@@ -106,11 +106,61 @@ static void test_trial_runs_out(void **state)
     tally_buf_release(&out);
 }
 
+/* Limits refused together with other settings store none of them. */
+static void test_refused_limits_keep_the_rest(void **state)
+{
+    (void)state;
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(run(&out, "account set keeper --low-balance 5"), 0);
+    assert_int_equal(run(&out, "account set keeper --timezone Asia/Shanghai --stop-at 5"), 2);
+    assert_int_equal(run(&out, "account set keeper --name B --release-after -1d"), 2);
+    char sql[900];
+    snprintf(sql, sizeof sql,
+             "sqlite3 '%s/t.db' \"SELECT timezone || '/' || name FROM accounts WHERE id = "
+             "'keeper'\"",
+             dir);
+    tally_buf_reset(&out);
+    assert_int_equal(tu_sh(&out, "%s", sql), 0);
+    assert_non_null(strstr(out.data, "UTC/"));
+    assert_null(strstr(out.data, "/B"));
+    tally_buf_release(&out);
+}
+
+/* Usage written with balances off leaves them stale: verify names the
+ * account, and tally balance --rebuild brings them back. */
+static void test_rebuild(void **state)
+{
+    (void)state;
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    char cmd[1200];
+    assert_int_equal(run(&out, "credit grant stale 1.00 --kind trial --effective "
+                               "2026-03-01T00:00:00Z"),
+                     0);
+    tally_buf_reset(&out);
+    snprintf(cmd, sizeof cmd,
+             "sed 's/\"trial\"/\"stale\"/; s/\"e\\([0-9]\\)\"/\"s\\1\"/' '%s/usage.ndjson' "
+             "| TALLY_NO_BALANCES=1 '%s' --db '%s/t.db' ingest - 2>&1",
+             dir, TALLY_BINARY, dir);
+    assert_int_equal(tu_sh(&out, "%s", cmd), 0);
+    assert_non_null(strstr(out.data, "accepted=2"));
+    assert_int_equal(run(&out, "verify"), 1);
+    assert_non_null(strstr(out.data, "balance of account stale"));
+    assert_int_equal(run(&out, "balance --rebuild"), 0);
+    assert_int_equal(run(&out, "verify"), 0);
+    assert_int_equal(run(&out, "balance stale"), 0);
+    assert_non_null(strstr(out.data, "\"running_charges\":\"5.16\""));
+    tally_buf_release(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_limits_store_nothing),
+        cmocka_unit_test(test_refused_limits_keep_the_rest),
         cmocka_unit_test(test_trial_runs_out),
+        cmocka_unit_test(test_rebuild),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -113,8 +113,9 @@ TALLY_MUST_CHECK tally_err tally_balance_json(const tally_balance *b, tally_buf 
  * now_s, each in its own transaction; *n counts them. Errors: TALLY_DB and those of a refresh. */
 TALLY_MUST_CHECK tally_err tally_balance_sweep(tally_ledger *l, int64_t now_s, int64_t *n);
 
-/* Refreshes every account that has a balance (after a price change made
- * outside a transaction of the ledger's own). Errors: as tally_balance_sweep. */
+/* Refreshes every account, each in its own transaction (`tally balance
+ * --rebuild`: after usage was written with TALLY_NO_BALANCES=1, or a
+ * balance verify found stale). Errors: as tally_balance_sweep. */
 TALLY_MUST_CHECK tally_err tally_balance_refresh_all(tally_ledger *l, int64_t *n);
 
 /* Accounts per state, for /metrics. Errors: TALLY_DB. */
