@@ -83,6 +83,13 @@ typedef struct bal_stored {
     int64_t event_seq;
 } bal_stored;
 
+tally_balance_state bal_state_from_name(const char *name)
+{
+    return strcmp(name, "exhausted") == 0 ? TALLY_BALANCE_EXHAUSTED
+           : strcmp(name, "low") == 0     ? TALLY_BALANCE_LOW
+                                          : TALLY_BALANCE_OK;
+}
+
 const char *tally_balance_state_name(tally_balance_state s)
 {
     static const char *const names[] = {"ok", "low", "exhausted"};
@@ -190,29 +197,12 @@ static tally_err usage_span(bal_engine *b, const char *account, int64_t *lo, int
     return ledger_cached_done(b->l, st, rc);
 }
 
-/* Adds the periods of [lo, hi] in the account's time zone. */
-static tally_err span_periods(bal_engine *b, const tally_account *a, int64_t lo, int64_t hi)
-{
-    char p[8], last[8];
-    tally_err e = tally_period_of(a->timezone, lo, p, sizeof p);
-    if (!e)
-        e = tally_period_of(a->timezone, hi, last, sizeof last);
-    for (int n = 0; !e && n < BAL_PERIODS_MAX * 8; n++) {
-        period_add(b, p);
-        if (strcmp(p, last) >= 0)
-            break;
-        char next[8];
-        tally_period_step(p, 1, next, sizeof next);
-        memcpy(p, next, sizeof p);
-    }
-    return e;
-}
-
 static tally_err is_live(bal_engine *b, const char *account, const char *period, bool *live);
 
-/* Adds the periods of [lo, hi] in the account's time zone that are not
- * finalized. */
-static tally_err span_open_periods(bal_engine *b, const tally_account *a, int64_t lo, int64_t hi)
+/* Adds the periods of [lo, hi] in the account's time zone; with open_only,
+ * only those not finalized. */
+static tally_err span_periods(bal_engine *b, const tally_account *a, int64_t lo, int64_t hi,
+                              bool open_only)
 {
     char p[8], last[8];
     tally_err e = tally_period_of(a->timezone, lo, p, sizeof p);
@@ -220,7 +210,8 @@ static tally_err span_open_periods(bal_engine *b, const tally_account *a, int64_
         e = tally_period_of(a->timezone, hi, last, sizeof last);
     for (int n = 0; !e && n < BAL_PERIODS_MAX * 8; n++) {
         bool live = false;
-        e = is_live(b, a->id, p, &live);
+        if (open_only)
+            e = is_live(b, a->id, p, &live);
         if (!e && !live)
             period_add(b, p);
         if (strcmp(p, last) >= 0)
@@ -255,7 +246,7 @@ static tally_err commitment_periods(bal_engine *b, bal_calc *c)
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t from = sqlite3_column_int64(st, 0), to = sqlite3_column_int64(st, 1);
         if (from < p_end) /* the finalized ones have no running charges */
-            e = span_open_periods(b, &c->acct, from, (to < p_end ? to : p_end) - 1);
+            e = span_periods(b, &c->acct, from, (to < p_end ? to : p_end) - 1, true);
         if (to > p_end) /* it bills a later period too: look again when it starts */
             c->next_period_s = p_end;
     }
@@ -615,9 +606,7 @@ static tally_err stored_state(bal_engine *b, const char *account, bal_stored *s)
     if (rc == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 0);
         s->found = true;
-        s->state = strcmp(name, "exhausted") == 0 ? TALLY_BALANCE_EXHAUSTED
-                   : strcmp(name, "low") == 0     ? TALLY_BALANCE_LOW
-                                                  : TALLY_BALANCE_OK;
+        s->state = bal_state_from_name(name);
         s->exhausted = sqlite3_column_type(st, 1) != SQLITE_NULL;
         s->exhausted_since_s = sqlite3_column_int64(st, 1);
         s->released = sqlite3_column_int(st, 2) != 0;
@@ -891,10 +880,10 @@ static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64
         int64_t ulo = 1, uhi = 0;
         e = usage_span(b, account, &ulo, &uhi);
         if (!e && ulo <= uhi)
-            e = span_periods(b, &c->acct, ulo, uhi);
+            e = span_periods(b, &c->acct, ulo, uhi, false);
     }
     if (!e && lo_s <= hi_s)
-        e = span_periods(b, &c->acct, lo_s, hi_s);
+        e = span_periods(b, &c->acct, lo_s, hi_s, false);
     if (!e)
         e = commitment_periods(b, c);
     if (!e)

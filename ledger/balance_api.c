@@ -117,10 +117,7 @@ static tally_err balance_read(tally_ledger *l, const char *account, tally_balanc
         out->credits_minor = sqlite3_column_int64(st, 3);
         out->balance_minor = sqlite3_column_int64(st, 4);
         out->burn_minor = sqlite3_column_int64(st, 5);
-        const char *s = (const char *)sqlite3_column_text(st, 6);
-        out->state = strcmp(s, "exhausted") == 0 ? TALLY_BALANCE_EXHAUSTED
-                     : strcmp(s, "low") == 0     ? TALLY_BALANCE_LOW
-                                                 : TALLY_BALANCE_OK;
+        out->state = bal_state_from_name((const char *)sqlite3_column_text(st, 6));
         *due = sqlite3_column_type(st, 7) != SQLITE_NULL &&
                sqlite3_column_int64(st, 7) <= tally_now_s();
         out->updated_at_s = sqlite3_column_int64(st, 8);

@@ -183,6 +183,9 @@ tally_err ledger_balance_refresh_all(tally_ledger *l, const char *cause);
  * adjustment) or limits of its own. Errors: TALLY_DB. */
 tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes);
 
+/* The state stored under a name ("ok", "low", "exhausted"). */
+tally_balance_state bal_state_from_name(const char *name);
+
 /* The account's limits (defaults when none are stored). Errors: TALLY_DB. */
 tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out);
 
