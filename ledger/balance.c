@@ -51,6 +51,10 @@ struct bal_engine {
     inv_input in, scratch;
     tally_line *extra;
     size_t n_extra, cap_extra;
+    tally_interval *burn_iv; /* the burn window's usage (burn) */
+    size_t cap_burn_iv;
+    tally_point *burn_pt;
+    size_t cap_burn_pt;
     bal_used *used;
     size_t n_used, cap_used;
     bal_period periods[BAL_PERIODS_MAX];
@@ -122,6 +126,8 @@ void bal_engine_destroy(bal_engine *b)
     inv_input_release(&b->in);
     inv_input_release(&b->scratch);
     free(b->extra);
+    free(b->burn_iv);
+    free(b->burn_pt);
     free(b->used);
     free(b->res);
     tally_buf_release(&b->instances);
@@ -394,12 +400,41 @@ static tally_err list_resources(bal_engine *b, const inv_input *x, int64_t t)
 static tally_err burn(bal_engine *b, int64_t t, int64_t *out)
 {
     tally_rating_input in = b->in.in;
-    in.period_start_s = t - TALLY_BALANCE_WINDOW_S;
+    int64_t lo = t - TALLY_BALANCE_WINDOW_S;
+    in.period_start_s = lo;
     in.period_end_s = t;
     in.grants = NULL;
     in.n_grants = 0;
     in.extra_lines = NULL;
     in.n_extra_lines = 0;
+    /* Only the usage the window's rating looks at (a day either side, as
+     * the rating input asks), not the whole period's: same result, a
+     * fraction of the work. */
+    if (b->cap_burn_iv < b->in.n_intervals) {
+        tally_interval *v = realloc(b->burn_iv, b->in.n_intervals * sizeof *v);
+        if (!v)
+            return TALLY_NOMEM;
+        b->burn_iv = v;
+        b->cap_burn_iv = b->in.n_intervals;
+    }
+    if (b->cap_burn_pt < b->in.n_points) {
+        tally_point *v = realloc(b->burn_pt, b->in.n_points * sizeof *v);
+        if (!v)
+            return TALLY_NOMEM;
+        b->burn_pt = v;
+        b->cap_burn_pt = b->in.n_points;
+    }
+    size_t ni = 0, np = 0;
+    for (size_t i = 0; i < b->in.n_intervals; i++)
+        if (b->in.intervals[i].end_s > lo - 86400 && b->in.intervals[i].start_s < t + 86400)
+            b->burn_iv[ni++] = b->in.intervals[i];
+    for (size_t i = 0; i < b->in.n_points; i++)
+        if (b->in.points[i].t_s >= lo && b->in.points[i].t_s < t)
+            b->burn_pt[np++] = b->in.points[i];
+    in.intervals = b->burn_iv;
+    in.n_intervals = ni;
+    in.points = b->burn_pt;
+    in.n_points = np;
     tally_rating_result res = {0};
     tally_err e = tally_rate_period(&in, &res, b->why, sizeof b->why);
     *out = e ? 0 : res.subtotal_minor;
