@@ -357,7 +357,7 @@ tally_err agg_begin(tally_batch *b, size_t n_point_events)
         if (!p)
             return TALLY_NOMEM;
         b->pts = p;
-        uint32_t *o = realloc(b->pt_order, n_point_events * sizeof *o);
+        const pt_entry **o = realloc(b->pt_order, n_point_events * sizeof *o);
         if (!o)
             return TALLY_NOMEM;
         b->pt_order = o;
@@ -437,12 +437,10 @@ static tally_err pt_write(tally_batch *b, const pt_entry *p, int64_t seq)
 
 /* ---- Hourly sums of points (schemas/013_points_hourly.sql) -------------------- */
 
-static const tally_batch *sort_batch; /* qsort has no context argument */
-
 static int pt_hour_cmp(const void *a, const void *b)
 {
-    const tally_event *x = sort_batch->pts[*(const uint32_t *)a].ev;
-    const tally_event *y = sort_batch->pts[*(const uint32_t *)b].ev;
+    const tally_event *x = (*(const pt_entry *const *)a)->ev;
+    const tally_event *y = (*(const pt_entry *const *)b)->ev;
     int c = strcmp(x->account, y->account);
     if (!c)
         c = (x->meter > y->meter) - (x->meter < y->meter);
@@ -484,18 +482,16 @@ static tally_err hour_write(tally_batch *b, const tally_event *ev, int64_t qty, 
 static tally_err hours_flush(tally_batch *b)
 {
     for (size_t i = 0; i < b->n_pts; i++)
-        b->pt_order[i] = (uint32_t)i;
-    sort_batch = b;
+        b->pt_order[i] = &b->pts[i];
     qsort(b->pt_order, b->n_pts, sizeof *b->pt_order, pt_hour_cmp);
-    sort_batch = NULL;
     tally_err err = TALLY_OK;
     for (size_t i = 0; err == TALLY_OK && i < b->n_pts;) {
-        const tally_event *ev = b->pts[b->pt_order[i]].ev;
+        const tally_event *ev = b->pt_order[i]->ev;
         int64_t sum = 0;
         bool fits = true;
         size_t j = i;
-        for (; j < b->n_pts && same_hour(ev, b->pts[b->pt_order[j]].ev); j++)
-            fits = fits && !__builtin_add_overflow(sum, b->pts[b->pt_order[j]].qty, &sum);
+        for (; j < b->n_pts && same_hour(ev, b->pt_order[j]->ev); j++)
+            fits = fits && !__builtin_add_overflow(sum, b->pt_order[j]->qty, &sum);
         err = hour_write(b, ev, sum, fits);
         i = j;
     }

@@ -340,7 +340,9 @@ struct tally_batch {
     /* Per commit. */
     pt_entry *pts;
     size_t n_pts, pts_alloc;
-    uint32_t *pt_order; /* pts sorted by (account, meter, dim, dim2, hour), pts_alloc long */
+    /* pts sorted by (account, meter, dim, dim2, hour), pts_alloc long: pointers, so
+     * the sort needs no shared state (shards commit on several threads). */
+    const pt_entry **pt_order;
     idx_table pt_index;
     idx_table known_accounts; /* hashes of accounts known to exist */
     char (*account_names)[TALLY_NAME_MAX];
