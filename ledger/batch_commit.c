@@ -149,12 +149,10 @@ static bool acct_eq(const void *ctx, uint32_t idx)
 
 /* Creates accounts on first sight; remembers which exist so that the ledger
  * is asked once per account, not once per event. */
-static tally_err ensure_account(tally_batch *b, const char *account)
+static tally_err ensure_account(tally_batch *b, const char *account, uint64_t hash)
 {
-    uint64_t h[2];
     acct_probe p = {b, account};
-    tally_hash128(account, strlen(account), 1, h);
-    if (idx_table_find(&b->known_accounts, h[0], acct_eq, &p) >= 0)
+    if (idx_table_find(&b->known_accounts, hash, acct_eq, &p) >= 0)
         return TALLY_OK;
     tally_err e = ledger_account_ensure(b->l, account);
     if (e != TALLY_OK)
@@ -169,7 +167,7 @@ static tally_err ensure_account(tally_batch *b, const char *account)
         b->n_accounts = 0;
     }
     snprintf(b->account_names[b->n_accounts], TALLY_NAME_MAX, "%s", account);
-    idx_table_insert(&b->known_accounts, h[0], (uint32_t)b->n_accounts++);
+    idx_table_insert(&b->known_accounts, hash, (uint32_t)b->n_accounts++);
     return TALLY_OK;
 }
 
@@ -194,22 +192,21 @@ static tally_err touch_grow(tally_batch *b)
     tally_err e = idx_table_reserve(&b->touch_index, (b->n_touched + 1) * 2);
     for (size_t i = 0; e == TALLY_OK && i < b->n_touched; i++) {
         uint64_t h[2];
-        tally_hash128(b->touched[i].account, strlen(b->touched[i].account), 2, h);
+        tally_hash128(b->touched[i].account, strlen(b->touched[i].account), 1, h);
         idx_table_insert(&b->touch_index, h[0], (uint32_t)i);
     }
     return e;
 }
 
 /* Remembers that ev's account got new usage, and when. */
-static tally_err touch(tally_batch *b, const tally_event *ev)
+/* hash: of the account, as ensure_account has it (seed 1). */
+static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash)
 {
     if (b->l->no_balances)
         return TALLY_OK;
-    uint64_t h[2];
     touch_probe p = {b, ev->account};
     int64_t lo = ev->time_s, hi = ev->time_s + (ev->seconds > 0 ? ev->seconds - 1 : 0);
-    tally_hash128(ev->account, strlen(ev->account), 2, h);
-    int64_t i = b->touch_index.slots ? idx_table_find(&b->touch_index, h[0], touch_eq, &p) : -1;
+    int64_t i = b->touch_index.slots ? idx_table_find(&b->touch_index, hash, touch_eq, &p) : -1;
     if (i >= 0) {
         batch_touch *t = &b->touched[i];
         t->lo_s = lo < t->lo_s ? lo : t->lo_s;
@@ -231,7 +228,7 @@ static tally_err touch(tally_batch *b, const tally_event *ev)
     snprintf(t->account, sizeof t->account, "%s", ev->account);
     t->lo_s = lo;
     t->hi_s = hi;
-    idx_table_insert(&b->touch_index, h[0], (uint32_t)b->n_touched++);
+    idx_table_insert(&b->touch_index, hash, (uint32_t)b->n_touched++);
     return TALLY_OK;
 }
 
@@ -315,7 +312,9 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
 {
     const tally_event *ev = &it->u.ev;
     char detail[160], when[32];
-    tally_err e = ensure_account(b, ev->account);
+    uint64_t h[2]; /* one hash of the account for both indexes */
+    tally_hash128(ev->account, strlen(ev->account), 1, h);
+    tally_err e = ensure_account(b, ev->account, h[0]);
     if (e != TALLY_OK)
         return e;
     if (ev->meter == TALLY_METER_ACCELERATOR || ev->meter == TALLY_METER_STORAGE)
@@ -325,7 +324,7 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
     if (e == TALLY_OK)
         ledger_chain_count(b, ev);
     if (e == TALLY_OK)
-        e = touch(b, ev);
+        e = touch(b, ev, h[0]);
     if (e != TALLY_OVERFLOW)
         return e;
     /* Ten maximal traffic events in one second do not fit: quarantined,
