@@ -568,13 +568,11 @@ static tally_err rate_open(bal_engine *b, bal_calc *c)
 static tally_err credits_left(bal_engine *b, bal_calc *c)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_cached(
-        b->l,
-        "SELECT g.id, g.expires_s, coalesce((SELECT x.credit_minor - x.debit_minor "
-        "FROM balances x WHERE x.ledger_acct = 'grant:' || g.id AND x.currency = g.currency), 0) "
-        "FROM grants g WHERE g.account = ?1 AND g.currency = ?2 "
-        "AND (g.expires_s IS NULL OR g.expires_s > ?3)",
-        &st);
+    tally_err e = ledger_cached(b->l,
+                                "SELECT g.id, g.expires_s, " LEDGER_GRANT_LEFT(
+                                    "g") " FROM grants g WHERE g.account = ?1 AND g.currency = ?2 "
+                                         "AND (g.expires_s IS NULL OR g.expires_s > ?3)",
+                                &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);

@@ -64,12 +64,11 @@ static const char *const queries[INV_Q_COUNT] = {
                     "WHERE account = ?1 AND hour_s > ?2 - 3600 AND hour_s < ?3",
     [INV_Q_COMMITMENTS] = "SELECT id, sku, cards, from_s, to_s FROM commitments "
                           "WHERE account = ?1 AND from_s < ?3 AND to_s > ?2",
-    [INV_Q_GRANTS] = "SELECT g.id, g.kind, g.priority, g.effective_s, g.expires_s, g.scope, "
-                     "coalesce((SELECT b.credit_minor - b.debit_minor FROM balances b "
-                     "WHERE b.ledger_acct = 'grant:' || g.id AND b.currency = g.currency), 0) "
-                     "FROM grants g WHERE g.account = ?1 AND g.currency = ?4 "
-                     "AND g.effective_s < ?3 AND (g.expires_s IS NULL OR g.expires_s > ?2) "
-                     "ORDER BY g.id",
+    [INV_Q_GRANTS] =
+        "SELECT g.id, g.kind, g.priority, g.effective_s, g.expires_s, g.scope, " LEDGER_GRANT_LEFT(
+            "g") " FROM grants g WHERE g.account = ?1 AND g.currency = ?4 "
+                 "AND g.effective_s < ?3 AND (g.expires_s IS NULL OR g.expires_s > ?2) "
+                 "ORDER BY g.id",
     /* The account's live finalized invoice for a period. */
     [INV_Q_LIVE] = "SELECT i.id, i.subtotal_minor, i.credits_minor, i.amount_due_minor, "
                    "i.currency, i.doc FROM invoices i WHERE i.account = ?1 AND i.period = ?2 "

@@ -216,13 +216,12 @@ static tally_err grants_json(tally_ledger *l, const tally_account *a, int digits
                              tally_buf *out)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_cached(
-        l,
-        "SELECT g.id, g.kind, g.amount_minor, coalesce((SELECT b.credit_minor - b.debit_minor "
-        "FROM balances b WHERE b.ledger_acct = 'grant:' || g.id AND b.currency = g.currency), 0), "
-        "g.priority, g.effective_s, g.expires_s, g.scope FROM grants g WHERE g.account = ?1 "
-        "ORDER BY g.id",
-        &st);
+    tally_err e = ledger_cached(l,
+                                "SELECT g.id, g.kind, g.amount_minor, " LEDGER_GRANT_LEFT(
+                                    "g") ", g.priority, g.effective_s, g.expires_s, g.scope FROM "
+                                         "grants g WHERE g.account = ?1 "
+                                         "ORDER BY g.id",
+                                &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);

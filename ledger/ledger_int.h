@@ -145,6 +145,13 @@ tally_err ledger_outbox_invoice_finalized(tally_ledger *l, const char *invoice_i
 tally_err ledger_outbox_invoice_voided(tally_ledger *l, const char *invoice_id, const char *cn_id,
                                        const char *account, const char *cn_doc, size_t len);
 
+/* What is left of grant g (a table alias in SQL): the credit balance of
+ * ledger account grant:<id> (granting credits it, invoices debit it, a void
+ * credits it back). For string-literal concatenation into queries. */
+#define LEDGER_GRANT_LEFT(g)                                                                       \
+    "coalesce((SELECT x.credit_minor - x.debit_minor FROM balances x WHERE x.ledger_acct = "       \
+    "'grant:' || " g ".id AND x.currency = " g ".currency), 0)"
+
 /* ======== prepaid balances (balance*.c) ======== */
 
 /* Working memory for refreshing balances (a batch keeps one per commit). */
