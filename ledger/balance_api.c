@@ -162,6 +162,13 @@ tally_err tally_balance_get(tally_ledger *l, const char *account, tally_balance 
     tally_err e = tally_ledger_account_get(l, account, &a);
     if (!e)
         e = balance_read(l, account, out, &due);
+    if (!e && due && !l->no_balances && !sqlite3_get_autocommit(l->db)) {
+        /* The refresh needs a write transaction of its own: say so, rather
+         * than fail inside the caller's (a read snapshot, say). */
+        snprintf(l->errmsg, sizeof l->errmsg,
+                 "the balance of %.63s is due a refresh: ask again outside a transaction", account);
+        return TALLY_BUSY;
+    }
     if (!e && due && !l->no_balances) {
         e = refresh_one(l, account, "clock");
         if (!e)

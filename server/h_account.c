@@ -98,7 +98,7 @@ srv_outcome srv_h_balance(srv_call *c)
         return SRV_ANSWERED;
     tally_ledger *l = c->srv->ledger;
     tally_err e = tally_balance_report(l, c->params[0], &c->resp.body);
-    if (e == TALLY_DB && srv_snapshot_drop(c)) { /* a refresh fell due: see srv_snapshot_drop */
+    if (e == TALLY_BUSY && srv_snapshot_drop(c)) { /* a refresh fell due: see srv_snapshot_drop */
         tally_buf_reset(&c->resp.body);
         e = tally_balance_report(l, c->params[0], &c->resp.body);
     }

@@ -93,7 +93,7 @@ srv_outcome srv_h_admission(srv_call *c)
     tally_admission a;
     char why[256] = "";
     tally_err e = tally_admission_check(c->srv->ledger, &r, &a, why, sizeof why);
-    if (e == TALLY_DB && srv_snapshot_drop(c)) /* a refresh fell due: see srv_snapshot_drop */
+    if (e == TALLY_BUSY && srv_snapshot_drop(c)) /* a refresh fell due: see srv_snapshot_drop */
         e = tally_admission_check(c->srv->ledger, &r, &a, why, sizeof why);
     if (e == TALLY_NOT_FOUND)
         return srv_fail(c, 404, "not_found", "account not found");

@@ -236,7 +236,7 @@ typedef struct srv_route {
  * transaction of its own; false when there was none. A balance read
  * (tally_balance_get) refreshes a balance that fell due (a grant expired, a
  * release grace ended) in a write transaction, which cannot open inside the
- * snapshot: it fails with TALLY_DB, and the handler drops the snapshot and
+ * snapshot: it answers TALLY_BUSY, and the handler drops the snapshot and
  * asks again. */
 bool srv_snapshot_drop(srv_call *c);
 /* Answers the call (c->resp) and frees it. */

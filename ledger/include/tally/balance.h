@@ -96,8 +96,9 @@ TALLY_MUST_CHECK tally_err tally_limits_set(tally_ledger *l, const char *account
 
 /* The account's balance: a lookup, refreshed first (in its own write
  * transaction) when the account has none yet or a grant expiry or a release
- * grace fell due since. Errors: TALLY_NOT_FOUND, TALLY_DB, and those of a
- * refresh (TALLY_NO_PRICE, TALLY_OVERFLOW). */
+ * grace fell due since. Errors: TALLY_NOT_FOUND, TALLY_BUSY (a refresh is due
+ * but the caller holds a transaction: end it and ask again), TALLY_DB, and
+ * those of a refresh (TALLY_NO_PRICE, TALLY_OVERFLOW). */
 TALLY_MUST_CHECK tally_err tally_balance_get(tally_ledger *l, const char *account,
                                              tally_balance *out);
 
