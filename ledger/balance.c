@@ -624,29 +624,51 @@ tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out
     return ledger_cached_done(l, st, rc);
 }
 
-static tally_err stored_state(bal_engine *b, const char *account, bal_stored *s)
+tally_err bal_row_get(tally_ledger *l, const char *account, bal_row *r, bool *found)
 {
-    *s = (bal_stored){0};
     sqlite3_stmt *st;
-    tally_err e = ledger_cached(b->l,
-                                "SELECT state, exhausted_since_s, released, event_seq "
-                                "FROM account_balances WHERE account = ?1",
-                                &st);
+    memset(r, 0, sizeof *r);
+    tally_err e = ledger_cached(
+        l,
+        "SELECT running_minor, covered_minor, credits_minor, balance_minor, burn_minor, state, "
+        "exhausted_since_s, released, next_check_s, updated_at, currency, event_seq "
+        "FROM account_balances WHERE account = ?1",
+        &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
+    *found = rc == SQLITE_ROW;
     if (rc == SQLITE_ROW) {
-        const char *name = (const char *)sqlite3_column_text(st, 0);
-        s->found = true;
-        s->state = bal_state_from_name(name);
-        s->exhausted = sqlite3_column_type(st, 1) != SQLITE_NULL;
-        s->exhausted_since_s = sqlite3_column_int64(st, 1);
-        s->released = sqlite3_column_int(st, 2) != 0;
-        s->event_seq = sqlite3_column_int64(st, 3);
+        for (int i = 0; i < 5; i++)
+            r->v[i] = sqlite3_column_int64(st, i);
+        snprintf(r->state, sizeof r->state, "%s", (const char *)sqlite3_column_text(st, 5));
+        r->exhausted = sqlite3_column_type(st, 6) != SQLITE_NULL;
+        r->exhausted_since_s = sqlite3_column_int64(st, 6);
+        r->released = sqlite3_column_int(st, 7) != 0;
+        r->has_next = sqlite3_column_type(st, 8) != SQLITE_NULL;
+        r->next_check_s = sqlite3_column_int64(st, 8);
+        r->updated_at_s = sqlite3_column_int64(st, 9);
+        snprintf(r->currency, sizeof r->currency, "%s", (const char *)sqlite3_column_text(st, 10));
+        r->event_seq = sqlite3_column_int64(st, 11);
         rc = SQLITE_DONE;
     }
-    return ledger_cached_done(b->l, st, rc);
+    return ledger_cached_done(l, st, rc);
+}
+
+static tally_err stored_state(bal_engine *b, const char *account, bal_stored *s)
+{
+    bal_row r;
+    *s = (bal_stored){0};
+    tally_err e = bal_row_get(b->l, account, &r, &s->found);
+    if (e || !s->found)
+        return e;
+    s->state = bal_state_from_name(r.state);
+    s->exhausted = r.exhausted;
+    s->exhausted_since_s = r.exhausted_since_s;
+    s->released = r.released;
+    s->event_seq = r.event_seq;
+    return TALLY_OK;
 }
 
 static tally_balance_state state_of(const tally_limits *lim, int64_t balance)
@@ -981,44 +1003,8 @@ tally_err ledger_balance_refresh_span(tally_ledger *l, const char *account, int6
 
 /* ---- tally verify: a stored balance against its recomputation --------------- */
 
-typedef struct bal_row {
-    int64_t v[5]; /* running, covered, credits, balance, burn */
-    char state[16];
-    bool exhausted, released, has_next;
-    int64_t exhausted_since_s, next_check_s, updated_at_s;
-} bal_row;
-
 static const char *const bal_fields[5] = {"running_minor", "covered_minor", "credits_minor",
                                           "balance_minor", "burn_minor"};
-
-static tally_err row_read(bal_engine *b, const char *account, bal_row *r, bool *found)
-{
-    sqlite3_stmt *st;
-    tally_err e =
-        ledger_prepare(b->l,
-                       "SELECT running_minor, covered_minor, credits_minor, "
-                       "balance_minor, burn_minor, state, exhausted_since_s, released, "
-                       "next_check_s, updated_at FROM account_balances WHERE account = ?1",
-                       &st);
-    if (e)
-        return e;
-    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    *found = rc == SQLITE_ROW;
-    if (rc == SQLITE_ROW) {
-        for (int i = 0; i < 5; i++)
-            r->v[i] = sqlite3_column_int64(st, i);
-        snprintf(r->state, sizeof r->state, "%s", (const char *)sqlite3_column_text(st, 5));
-        r->exhausted = sqlite3_column_type(st, 6) != SQLITE_NULL;
-        r->exhausted_since_s = sqlite3_column_int64(st, 6);
-        r->released = sqlite3_column_int(st, 7) != 0;
-        r->has_next = sqlite3_column_type(st, 8) != SQLITE_NULL;
-        r->next_check_s = sqlite3_column_int64(st, 8);
-        r->updated_at_s = sqlite3_column_int64(st, 9);
-        rc = SQLITE_DONE;
-    }
-    return ledger_finish(b->l, st, rc);
-}
 
 /* The stored running periods against the recomputed ones (b->periods). */
 static tally_err periods_check(bal_engine *b, const char *account, char *why, size_t cap)
@@ -1063,9 +1049,7 @@ static tally_err state_check(bal_engine *b, const bal_calc *c, const bal_row *r,
 {
     tally_limits lim;
     bool controlled = false;
-    tally_err e = bal_limits_get(b->l, c->acct.id, &lim);
-    if (!e)
-        e = bal_under_control(b->l, c->acct.id, &controlled);
+    tally_err e = limits_and_control(b, c->acct.id, &lim, &controlled);
     if (e)
         return e;
     tally_balance_state want = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
@@ -1093,7 +1077,7 @@ tally_err bal_check(bal_engine *b, const char *account, char *why, size_t cap)
     bool found = false;
     bal_calc c;
     why[0] = '\0';
-    tally_err e = row_read(b, account, &r, &found);
+    tally_err e = bal_row_get(b->l, account, &r, &found);
     if (e || !found)
         return e;
     b->now_s = r.updated_at_s; /* as the refresh that stored it saw the clock */

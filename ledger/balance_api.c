@@ -98,32 +98,22 @@ tally_err tally_limits_set(tally_ledger *l, const char *account, const tally_lim
 /* The stored balance; *due when there is none or its next check has come. */
 static tally_err balance_read(tally_ledger *l, const char *account, tally_balance *out, bool *due)
 {
-    sqlite3_stmt *st;
-    tally_err e = ledger_cached(
-        l,
-        "SELECT currency, running_minor, covered_minor, credits_minor, balance_minor, "
-        "burn_minor, state, next_check_s, updated_at FROM account_balances WHERE account = ?1",
-        &st);
-    if (e)
+    bal_row r;
+    bool found = false;
+    tally_err e = bal_row_get(l, account, &r, &found);
+    *due = !found || (r.has_next && r.next_check_s <= tally_now_s());
+    if (e || !found)
         return e;
-    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    *due = rc != SQLITE_ROW;
-    if (rc == SQLITE_ROW) {
-        snprintf(out->account, sizeof out->account, "%s", account);
-        snprintf(out->currency, sizeof out->currency, "%s", sqlite3_column_text(st, 0));
-        out->running_minor = sqlite3_column_int64(st, 1);
-        out->covered_minor = sqlite3_column_int64(st, 2);
-        out->credits_minor = sqlite3_column_int64(st, 3);
-        out->balance_minor = sqlite3_column_int64(st, 4);
-        out->burn_minor = sqlite3_column_int64(st, 5);
-        out->state = bal_state_from_name((const char *)sqlite3_column_text(st, 6));
-        *due = sqlite3_column_type(st, 7) != SQLITE_NULL &&
-               sqlite3_column_int64(st, 7) <= tally_now_s();
-        out->updated_at_s = sqlite3_column_int64(st, 8);
-        rc = SQLITE_DONE;
-    }
-    return ledger_cached_done(l, st, rc);
+    snprintf(out->account, sizeof out->account, "%s", account);
+    snprintf(out->currency, sizeof out->currency, "%s", r.currency);
+    out->running_minor = r.v[0];
+    out->covered_minor = r.v[1];
+    out->credits_minor = r.v[2];
+    out->balance_minor = r.v[3];
+    out->burn_minor = r.v[4];
+    out->state = bal_state_from_name(r.state);
+    out->updated_at_s = r.updated_at_s;
+    return TALLY_OK;
 }
 
 /* Refreshes one account in a transaction of its own. */

@@ -190,6 +190,17 @@ tally_err ledger_balance_refresh_all(tally_ledger *l, const char *cause);
  * adjustment) or limits of its own. Errors: TALLY_DB. */
 tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes);
 
+/* One stored account_balances row. */
+typedef struct bal_row {
+    int64_t v[5]; /* running, covered, credits, balance, burn */
+    char state[16];
+    char currency[4];
+    bool exhausted, released, has_next;
+    int64_t exhausted_since_s, next_check_s, updated_at_s, event_seq;
+} bal_row;
+/* Reads the account's row (*found false when it has none). Errors: TALLY_DB. */
+tally_err bal_row_get(tally_ledger *l, const char *account, bal_row *r, bool *found);
+
 /* The state stored under a name ("ok", "low", "exhausted"). */
 tally_balance_state bal_state_from_name(const char *name);
 
