@@ -164,12 +164,8 @@ tally_err tally_admission_check(tally_ledger *l, const tally_admission_req *r, t
     e = tally_money_div_round(num, den, &out->cost_minor);
     if (e)
         return e;
-    bool controlled = false;
-    e = bal_under_control(l, r->account, &controlled);
-    if (e)
-        return e;
     __int128 room = (__int128)b.balance_minor - b.limits.stop_at_minor;
-    out->allowed = !controlled || room >= out->cost_minor;
+    out->allowed = !b.controlled || room >= out->cost_minor;
     __int128 short_by = (__int128)out->cost_minor - room;
     out->shortfall_minor = out->allowed ? 0 : short_by > INT64_MAX ? INT64_MAX : (int64_t)short_by;
     return TALLY_OK;

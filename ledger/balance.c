@@ -602,28 +602,6 @@ static tally_err credits_left(bal_engine *b, bal_calc *c)
 
 /* ---- Limits, stored state, events ------------------------------------------- */
 
-tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out)
-{
-    *out = (tally_limits){.release_after_s = TALLY_BALANCE_RELEASE_DEFAULT};
-    sqlite3_stmt *st;
-    tally_err e = ledger_cached(l,
-                                "SELECT low_balance_minor, stop_at_minor, release_after_s "
-                                "FROM account_limits WHERE account = ?1",
-                                &st);
-    if (e)
-        return e;
-    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        out->has_low = sqlite3_column_type(st, 0) != SQLITE_NULL;
-        out->low_minor = sqlite3_column_int64(st, 0);
-        out->stop_at_minor = sqlite3_column_int64(st, 1);
-        out->release_after_s = sqlite3_column_int64(st, 2);
-        rc = SQLITE_DONE;
-    }
-    return ledger_cached_done(l, st, rc);
-}
-
 tally_err bal_row_get(tally_ledger *l, const char *account, bal_row *r, bool *found)
 {
     sqlite3_stmt *st;
@@ -824,38 +802,17 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
     return e;
 }
 
-/* Whether spend control applies: the account has a grant (a top-up, a
- * voucher, a coupon) or limits of its own. An account with neither is
- * billed in arrears: its balance is kept, its state stays ok and it is never
- * suspended (README, "Prepaid balances"). */
-tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes)
-{
-    sqlite3_stmt *st;
-    tally_err e = ledger_cached(
-        l,
-        "SELECT EXISTS (SELECT 1 FROM grants WHERE account = ?1 AND kind != 'adjustment') "
-        "OR EXISTS (SELECT 1 FROM account_limits WHERE account = ?1)",
-        &st);
-    if (e)
-        return e;
-    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *yes = sqlite3_column_int(st, 0) != 0;
-        rc = SQLITE_DONE;
-    }
-    return ledger_cached_done(l, st, rc);
-}
-
 /* The state change, the release grace and what is stored. */
-/* The account's limits and whether spend control applies, in one lookup. */
-static tally_err limits_and_control(bal_engine *b, const char *account, tally_limits *lim,
-                                    bool *controlled)
+/* Spend control applies when the account has a grant (a top-up, a voucher,
+ * a coupon; not an adjustment credit) or limits of its own. An account with
+ * neither is billed in arrears: its balance is kept, its state stays ok and
+ * it is never suspended (README, "Prepaid balances"). */
+tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *lim, bool *controlled)
 {
     *lim = (tally_limits){.release_after_s = TALLY_BALANCE_RELEASE_DEFAULT};
     sqlite3_stmt *st;
     tally_err e = ledger_cached(
-        b->l,
+        l,
         "SELECT l.low_balance_minor, l.stop_at_minor, l.release_after_s, l.account IS NOT NULL "
         "OR EXISTS (SELECT 1 FROM grants WHERE account = ?1 AND kind != 'adjustment') "
         "FROM (SELECT ?1 AS a) LEFT JOIN account_limits l ON l.account = a",
@@ -872,17 +829,18 @@ static tally_err limits_and_control(bal_engine *b, const char *account, tally_li
             lim->stop_at_minor = sqlite3_column_int64(st, 1);
             lim->release_after_s = sqlite3_column_int64(st, 2);
         }
-        *controlled = sqlite3_column_int(st, 3) != 0;
+        if (controlled)
+            *controlled = sqlite3_column_int(st, 3) != 0;
         rc = SQLITE_DONE;
     }
-    return ledger_cached_done(b->l, st, rc);
+    return ledger_cached_done(l, st, rc);
 }
 
 static tally_err settle(bal_engine *b, const bal_calc *c, bal_stored s, const char *cause)
 {
     tally_limits lim;
     bool controlled = false;
-    tally_err e = limits_and_control(b, c->acct.id, &lim, &controlled);
+    tally_err e = bal_limits_get(b->l, c->acct.id, &lim, &controlled);
     if (e)
         return e;
     tally_balance_state to = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
@@ -1049,7 +1007,7 @@ static tally_err state_check(bal_engine *b, const bal_calc *c, const bal_row *r,
 {
     tally_limits lim;
     bool controlled = false;
-    tally_err e = limits_and_control(b, c->acct.id, &lim, &controlled);
+    tally_err e = bal_limits_get(b->l, c->acct.id, &lim, &controlled);
     if (e)
         return e;
     tally_balance_state want = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;

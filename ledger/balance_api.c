@@ -68,7 +68,7 @@ tally_err tally_limits_set(tally_ledger *l, const char *account, const tally_lim
     e = ledger_begin(l);
     if (e)
         return e;
-    e = bal_limits_get(l, account, &lim);
+    e = bal_limits_get(l, account, &lim, NULL);
     if (!e) {
         if (c->clear_low)
             lim.has_low = false;
@@ -165,9 +165,7 @@ tally_err tally_balance_get(tally_ledger *l, const char *account, tally_balance 
             e = balance_read(l, account, out, &due);
     }
     if (!e)
-        e = bal_limits_get(l, account, &out->limits);
-    if (!e)
-        e = bal_under_control(l, account, &out->controlled);
+        e = bal_limits_get(l, account, &out->limits, &out->controlled);
     if (e)
         return e;
     const tally_currency *c = tally_currency_find(out->currency[0] ? out->currency : a.currency);

@@ -186,10 +186,6 @@ tally_err ledger_balance_rezone(tally_ledger *l, const char *account);
  * (a spot price or rate card changes them all). A no-op on a shard. */
 tally_err ledger_balance_refresh_all(tally_ledger *l, const char *cause);
 
-/* Whether spend control applies to the account: it has a grant (not an
- * adjustment) or limits of its own. Errors: TALLY_DB. */
-tally_err bal_under_control(tally_ledger *l, const char *account, bool *yes);
-
 /* One stored account_balances row. */
 typedef struct bal_row {
     int64_t v[5]; /* running, covered, credits, balance, burn */
@@ -204,8 +200,10 @@ tally_err bal_row_get(tally_ledger *l, const char *account, bal_row *r, bool *fo
 /* The state stored under a name ("ok", "low", "exhausted"). */
 tally_balance_state bal_state_from_name(const char *name);
 
-/* The account's limits (defaults when none are stored). Errors: TALLY_DB. */
-tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out);
+/* The account's limits (defaults when none are stored) and, if controlled
+ * is not NULL, whether spend control applies to it: it has a grant (not an
+ * adjustment) or limits of its own. One lookup. Errors: TALLY_DB. */
+tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out, bool *controlled);
 
 /* For tally verify (verify_balance.c): recomputes the account's balance as
  * of its stored updated_at with the refresh's code, from all its usage,
