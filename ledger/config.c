@@ -144,12 +144,14 @@ tally_err tally_ledger_currency_for(tally_ledger *l, const char *account, const 
 static tally_err account_write(tally_ledger *l, const tally_account *a, bool update)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
-        l,
-        update ? "UPDATE accounts SET currency = ?2, timezone = ?3, name = ?4 WHERE id = ?1"
-               : "INSERT INTO accounts(id, currency, timezone, name, created_at) "
-                 "VALUES (?1, ?2, ?3, ?4, ?5)",
-        &st);
+    tally_err e =
+        ledger_cached(/* the meter inserts every new account it sees */
+                      l,
+                      update ? "UPDATE accounts SET currency = ?2, timezone = ?3, name = ?4 WHERE "
+                               "id = ?1"
+                             : "INSERT INTO accounts(id, currency, timezone, name, created_at) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5)",
+                      &st);
     if (e != TALLY_OK)
         return e;
     sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
@@ -158,7 +160,7 @@ static tally_err account_write(tally_ledger *l, const tally_account *a, bool upd
     sqlite3_bind_text(st, 4, a->name, -1, SQLITE_STATIC);
     if (!update)
         sqlite3_bind_int64(st, 5, tally_now_s());
-    return step_done(l, st);
+    return ledger_cached_done(l, st, sqlite3_step(st));
 }
 
 static tally_err has_invoices(tally_ledger *l, const char *id, bool *yes)

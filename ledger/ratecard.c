@@ -229,10 +229,10 @@ tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, int64_t **
     *n = 0;
     /* By id: at equal from_s the later row wins, so callers that sort stably
      * by (sku, from_s) keep the winner last. */
-    tally_err e = ledger_prepare(l,
-                                 "SELECT sku, from_s, price_nano, coalesce(entered_at, created_at) "
-                                 "FROM spot_prices ORDER BY id",
-                                 &st);
+    tally_err e = ledger_cached(l,
+                                "SELECT sku, from_s, price_nano, coalesce(entered_at, created_at) "
+                                "FROM spot_prices ORDER BY id",
+                                &st);
     while (e == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         if ((e = spot_grow(out, entered_s, *n, &alloc)) != TALLY_OK)
             break;
@@ -242,9 +242,10 @@ tally_err ledger_spot_points(tally_ledger *l, tally_spot_point **out, int64_t **
         sp->price_nano = sqlite3_column_int64(st, 2);
         (*entered_s)[(*n)++] = sqlite3_column_int64(st, 3);
     }
-    if (e == TALLY_OK && rc != SQLITE_DONE)
-        e = ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
+    if (e == TALLY_OK)
+        e = ledger_cached_done(l, st, rc);
+    else if (st)
+        (void)ledger_cached_done(l, st, SQLITE_DONE);
     if (e != TALLY_OK) {
         free(*out);
         free(*entered_s);
