@@ -39,11 +39,6 @@ typedef struct bal_used {
     int64_t grant_id, used_minor;
 } bal_used;
 
-typedef struct bal_period {
-    char period[8];
-    int64_t subtotal, credits, due;
-} bal_period;
-
 struct bal_engine {
     tally_ledger *l;
     int64_t now_s; /* the one instant a refresh sees (tally_now_s at its start) */
@@ -59,12 +54,14 @@ struct bal_engine {
     size_t n_used, cap_used;
     bal_period periods[BAL_PERIODS_MAX];
     size_t n_periods;
-    char stored[BAL_PERIODS_MAX][8]; /* the running periods stored before this refresh */
+    bal_period stored[BAL_PERIODS_MAX]; /* the running periods stored before this refresh */
     size_t n_stored;
     const tally_interval **res; /* list_resources' working memory */
     size_t cap_res;
     tally_buf instances, volumes, doc;
     char why[256];
+    bal_cache *cache;    /* a batch's, between its commits; NULL: read everything */
+    bal_cache_entry *ce; /* the refreshed account's entry in it, or NULL */
 };
 
 /* What one refresh computes. */
@@ -85,6 +82,7 @@ typedef struct bal_stored {
     int64_t exhausted_since_s;
     bool released;
     int64_t event_seq;
+    int64_t next_check_s; /* as stored; INT64_MAX: none */
 } bal_stored;
 
 tally_balance_state bal_state_from_name(const char *name)
@@ -159,21 +157,37 @@ static int period_cmp(const void *a, const void *b)
     return strcmp(((const bal_period *)a)->period, ((const bal_period *)b)->period);
 }
 
+static void stored_add(bal_engine *b, const bal_period *p)
+{
+    period_add(b, p->period);
+    if (b->n_stored < BAL_PERIODS_MAX)
+        b->stored[b->n_stored++] = *p;
+}
+
 static tally_err stored_periods(bal_engine *b, const char *account)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_cached(
-        b->l, "SELECT period FROM running_periods WHERE account = ?1 ORDER BY period", &st);
+    if (b->ce && b->ce->periods_ok) {
+        b->n_stored = 0;
+        for (size_t i = 0; i < b->ce->n_periods; i++)
+            stored_add(b, &b->ce->periods[i]);
+        return TALLY_OK;
+    }
+    tally_err e = ledger_cached(b->l,
+                                "SELECT period, subtotal_minor, credits_minor, due_minor FROM "
+                                "running_periods WHERE account = ?1 ORDER BY period",
+                                &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     int rc;
     b->n_stored = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *p = (const char *)sqlite3_column_text(st, 0);
-        period_add(b, p);
-        if (b->n_stored < BAL_PERIODS_MAX)
-            snprintf(b->stored[b->n_stored++], sizeof b->stored[0], "%s", p);
+        bal_period p = {.subtotal = sqlite3_column_int64(st, 1),
+                        .credits = sqlite3_column_int64(st, 2),
+                        .due = sqlite3_column_int64(st, 3)};
+        snprintf(p.period, sizeof p.period, "%s", (const char *)sqlite3_column_text(st, 0));
+        stored_add(b, &p);
     }
     return ledger_cached_done(b->l, st, rc);
 }
@@ -265,6 +279,10 @@ static tally_err commitment_periods(bal_engine *b, bal_calc *c)
 
 static tally_err is_live(bal_engine *b, const char *account, const char *period, bool *live)
 {
+    if (b->ce && !b->ce->invoiced) { /* an account never invoiced has no live invoice */
+        *live = false;
+        return TALLY_OK;
+    }
     sqlite3_stmt *st = inv_stmt(b->g, INV_Q_LIVE);
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, period, -1, SQLITE_STATIC);
@@ -442,6 +460,25 @@ static tally_err burn(bal_engine *b, int64_t t, int64_t *out)
     return e;
 }
 
+/* inv_gather of the period; the intervals from the cache when it holds
+ * this window (which it takes from the first gather that reads them). */
+static tally_err gather(bal_engine *b, const tally_account *acct, int64_t start, int64_t end)
+{
+    bal_cache_entry *ce = b->ce;
+    bool given = ce && ce->iv_ok && ce->iv_start == start && ce->iv_end == end;
+    tally_err e = TALLY_OK;
+    if (given)
+        e = bal_cache_iv_rows(ce, &b->in.intervals, &b->in.cap_intervals, &b->in.n_intervals);
+    b->in.intervals_given = given;
+    if (!e)
+        e = inv_gather(b->g, acct, start, end, true, &b->in);
+    b->in.intervals_given = false;
+    if (!e && ce && !ce->iv_ok)
+        bal_cache_iv_load(b->cache, ce, start, end, b->in.intervals, b->in.interval_ids,
+                          b->in.n_intervals);
+    return e;
+}
+
 /* Rates one open period as a draft run would; *skip when there is nothing
  * to bill in it. */
 static tally_err rate_period(bal_engine *b, bal_calc *c, bal_period *p, const char *prev_open,
@@ -450,9 +487,10 @@ static tally_err rate_period(bal_engine *b, bal_calc *c, bal_period *p, const ch
     int64_t start, end;
     tally_err e = tally_period_bounds(p->period, c->acct.timezone, &start, &end);
     if (!e)
-        e = inv_gather(b->g, &c->acct, start, end, true, &b->in);
+        e = gather(b, &c->acct, start, end);
     b->n_extra = 0;
-    if (!e)
+    /* An account never invoiced has no finalized period to adjust. */
+    if (!e && (!b->ce || b->ce->invoiced))
         e = inv_adjustments(b->g, &c->acct, p->period, &b->scratch, &b->extra, &b->n_extra,
                             &b->cap_extra, b->why, sizeof b->why);
     if (e)
@@ -638,7 +676,13 @@ static tally_err stored_state(bal_engine *b, const char *account, bal_stored *s)
 {
     bal_row r;
     *s = (bal_stored){0};
-    tally_err e = bal_row_get(b->l, account, &r, &s->found);
+    tally_err e = TALLY_OK;
+    if (b->ce) {
+        s->found = b->ce->row_found;
+        r = b->ce->row;
+    } else {
+        e = bal_row_get(b->l, account, &r, &s->found);
+    }
     if (e || !s->found)
         return e;
     s->state = bal_state_from_name(r.state);
@@ -646,6 +690,7 @@ static tally_err stored_state(bal_engine *b, const char *account, bal_stored *s)
     s->exhausted_since_s = r.exhausted_since_s;
     s->released = r.released;
     s->event_seq = r.event_seq;
+    s->next_check_s = r.has_next ? r.next_check_s : INT64_MAX;
     return TALLY_OK;
 }
 
@@ -741,17 +786,33 @@ static tally_err transition(bal_event_ctx *x)
     return e;
 }
 
-static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state state,
-                       const bal_stored *s, int64_t next_check)
+/* The balance row: updated in place when it exists, else inserted. The
+ * common update leaves the indexed columns (state, next check) out, so
+ * SQLite does not rewrite their index entries. */
+static const char bal_update_figures[] =
+    "UPDATE account_balances SET currency = ?2, running_minor = ?3, covered_minor = ?4, "
+    "credits_minor = ?5, balance_minor = ?6, burn_minor = ?7, exhausted_since_s = ?9, "
+    "released = ?10, event_seq = ?12, updated_at = ?13 WHERE account = ?1"; /* ?8 and ?11 bound,
+                                                                               unused */
+static const char bal_update_all[] =
+    "UPDATE account_balances SET currency = ?2, running_minor = ?3, covered_minor = ?4, "
+    "credits_minor = ?5, balance_minor = ?6, burn_minor = ?7, state = ?8, "
+    "exhausted_since_s = ?9, released = ?10, next_check_s = ?11, event_seq = ?12, "
+    "updated_at = ?13 WHERE account = ?1";
+static const char bal_insert[] =
+    "INSERT INTO account_balances(account, currency, running_minor, covered_minor, "
+    "credits_minor, balance_minor, burn_minor, state, exhausted_since_s, released, "
+    "next_check_s, event_seq, updated_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
+static tally_err store_row(bal_engine *b, const bal_calc *c, tally_balance_state state,
+                           const bal_stored *s, int64_t next_check)
 {
     sqlite3_stmt *st = NULL;
-    tally_err e = ledger_cached(
-        b->l,
-        "INSERT OR REPLACE INTO account_balances(account, currency, running_minor, "
-        "covered_minor, credits_minor, balance_minor, burn_minor, state, exhausted_since_s, "
-        "released, next_check_s, event_seq, updated_at) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        &st);
+    const char *sql = !s->found                                            ? bal_insert
+                      : state == s->state && next_check == s->next_check_s ? bal_update_figures
+                                                                           : bal_update_all;
+    tally_err e = ledger_cached(b->l, sql, &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
@@ -769,16 +830,29 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
         sqlite3_bind_int64(st, 11, next_check);
     sqlite3_bind_int64(st, 12, s->event_seq);
     sqlite3_bind_int64(st, 13, b->now_s);
-    e = ledger_cached_done(b->l, st, sqlite3_step(st));
-    /* The same periods as stored (the common case): each row is replaced;
-     * else the account's rows are written anew. */
+    return ledger_cached_done(b->l, st, sqlite3_step(st));
+}
+
+static bool same_period(const bal_period *a, const bal_period *b)
+{
+    return strcmp(a->period, b->period) == 0 && a->subtotal == b->subtotal &&
+           a->credits == b->credits && a->due == b->due;
+}
+
+/* The running periods: when they are the ones stored (the common case),
+ * only the rows whose figures moved are written; else the account's rows
+ * are written anew. */
+static tally_err store_periods(bal_engine *b, const char *account)
+{
+    sqlite3_stmt *st = NULL;
+    tally_err e = TALLY_OK;
     bool same = b->n_stored == b->n_periods;
     for (size_t i = 0; same && i < b->n_periods; i++)
-        same = strcmp(b->stored[i], b->periods[i].period) == 0;
-    if (!e && !same)
+        same = strcmp(b->stored[i].period, b->periods[i].period) == 0;
+    if (!same)
         e = ledger_cached(b->l, "DELETE FROM running_periods WHERE account = ?1", &st);
     if (!e && !same) {
-        sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
         e = ledger_cached_done(b->l, st, sqlite3_step(st));
     }
     if (!e)
@@ -787,7 +861,9 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
                           "subtotal_minor, credits_minor, due_minor) VALUES (?1, ?2, ?3, ?4, ?5)",
                           &st);
     for (size_t i = 0; !e && i < b->n_periods; i++) {
-        sqlite3_bind_text(st, 1, c->acct.id, -1, SQLITE_STATIC);
+        if (same && same_period(&b->stored[i], &b->periods[i]))
+            continue;
+        sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, b->periods[i].period, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, b->periods[i].subtotal);
         sqlite3_bind_int64(st, 4, b->periods[i].credits);
@@ -799,6 +875,41 @@ static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state sta
     }
     if (st)
         (void)ledger_cached_done(b->l, st, SQLITE_DONE);
+    return e;
+}
+
+/* The cache's entry after a store: what the rows now hold. */
+static void cache_stored(bal_engine *b, const bal_calc *c, tally_balance_state state,
+                         const bal_stored *s, int64_t next_check)
+{
+    bal_cache_entry *ce = b->ce;
+    bal_row *r = &ce->row;
+    const int64_t v[5] = {c->running, c->covered, c->credits, c->balance, c->burn};
+    memcpy(r->v, v, sizeof r->v);
+    snprintf(r->state, sizeof r->state, "%s", tally_balance_state_name(state));
+    memcpy(r->currency, c->acct.currency, sizeof r->currency);
+    r->exhausted = s->exhausted;
+    r->exhausted_since_s = s->exhausted ? s->exhausted_since_s : 0;
+    r->released = s->released;
+    r->has_next = next_check != INT64_MAX;
+    r->next_check_s = r->has_next ? next_check : 0;
+    r->updated_at_s = b->now_s;
+    r->event_seq = s->event_seq;
+    ce->row_found = true;
+    ce->periods_ok = b->n_periods <= BAL_CACHE_PERIODS;
+    ce->n_periods = ce->periods_ok ? b->n_periods : 0;
+    if (ce->periods_ok && b->n_periods)
+        memcpy(ce->periods, b->periods, b->n_periods * sizeof *b->periods);
+}
+
+static tally_err store(bal_engine *b, const bal_calc *c, tally_balance_state state,
+                       const bal_stored *s, int64_t next_check)
+{
+    tally_err e = store_row(b, c, state, s, next_check);
+    if (!e)
+        e = store_periods(b, c->acct.id);
+    if (!e && b->ce)
+        cache_stored(b, c, state, s, next_check);
     return e;
 }
 
@@ -840,7 +951,13 @@ static tally_err settle(bal_engine *b, const bal_calc *c, bal_stored s, const ch
 {
     tally_limits lim;
     bool controlled = false;
-    tally_err e = bal_limits_get(b->l, c->acct.id, &lim, &controlled);
+    tally_err e = TALLY_OK;
+    if (b->ce) {
+        lim = b->ce->lim;
+        controlled = b->ce->controlled;
+    } else {
+        e = bal_limits_get(b->l, c->acct.id, &lim, &controlled);
+    }
     if (e)
         return e;
     tally_balance_state to = controlled ? state_of(&lim, c->balance) : TALLY_BALANCE_OK;
@@ -882,7 +999,11 @@ static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64
     b->n_used = 0;
     tally_buf_reset(&b->instances);
     tally_buf_reset(&b->volumes);
-    tally_err e = tally_ledger_account_get(b->l, account, &c->acct);
+    tally_err e = TALLY_OK;
+    if (b->ce)
+        c->acct = b->ce->acct;
+    else
+        e = tally_ledger_account_get(b->l, account, &c->acct);
     if (e)
         return e;
     c->ccy = tally_currency_find(c->acct.currency);
@@ -914,13 +1035,65 @@ static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64
     return e;
 }
 
+static tally_err invoiced(tally_ledger *l, const char *account, bool *yes)
+{
+    sqlite3_stmt *st;
+    tally_err e =
+        ledger_cached(l, "SELECT EXISTS (SELECT 1 FROM invoices WHERE account = ?1)", &st);
+    if (e)
+        return e;
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    *yes = rc == SQLITE_ROW && sqlite3_column_int(st, 0) != 0;
+    return ledger_cached_done(l, st, rc == SQLITE_ROW ? SQLITE_DONE : rc);
+}
+
+/* The account's entry in the engine's cache, read from the ledger the first
+ * time (what the refresh reads about the account but its usage). */
+static tally_err cache_entry(bal_engine *b, const char *account)
+{
+    b->ce = NULL;
+    if (!b->cache)
+        return TALLY_OK;
+    b->ce = bal_cache_find(b->cache, account);
+    if (b->ce)
+        return TALLY_OK;
+    bal_cache_entry x = {0};
+    tally_err e = tally_ledger_account_get(b->l, account, &x.acct);
+    if (!e)
+        e = bal_row_get(b->l, account, &x.row, &x.row_found);
+    if (!e)
+        e = bal_limits_get(b->l, account, &x.lim, &x.controlled);
+    if (!e)
+        e = invoiced(b->l, account, &x.invoiced);
+    bal_cache_entry *ce = NULL;
+    if (!e)
+        e = bal_cache_add(b->cache, &x.acct, &ce);
+    if (e)
+        return e;
+    ce->row_found = x.row_found;
+    ce->row = x.row;
+    ce->lim = x.lim;
+    ce->controlled = x.controlled;
+    ce->invoiced = x.invoiced;
+    b->ce = ce; /* periods_ok false: the first refresh reads them */
+    return TALLY_OK;
+}
+
+void bal_engine_use_cache(bal_engine *b, bal_cache *c)
+{
+    b->cache = c;
+}
+
 tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
                       const char *cause)
 {
     bal_calc c;
-    bal_stored s;
+    bal_stored s = {0};
     b->now_s = tally_now_s();
-    tally_err e = stored_state(b, account, &s);
+    tally_err e = cache_entry(b, account);
+    if (!e)
+        e = stored_state(b, account, &s);
     bool rescan = !s.found || strcmp(cause, "account") == 0 || strcmp(cause, "void") == 0 ||
                   strcmp(cause, "rebuild") == 0;
     if (!e)

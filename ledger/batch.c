@@ -90,6 +90,8 @@ void tally_batch_destroy(tally_batch *b)
     idx_table_free(&b->known_accounts);
     idx_table_free(&b->touch_index);
     free(b->touched);
+    bal_engine_destroy(b->bal_eng);
+    bal_cache_destroy(b->bal_cache);
     free(b->account_names);
     free(b->items);
     free(b->arena);

@@ -170,6 +170,22 @@ static tally_err mark_dirty(tally_batch *b, uint32_t idx)
 }
 
 /* Stores an interval's row: INSERT the first time, UPDATE afterwards. */
+/* The row as the balance cache holds it (balance_cache.c). */
+static void iv_cached(tally_batch *b, const iv_entry *e)
+{
+    if (!b->bal_cache)
+        return;
+    tally_interval iv = {.meter = (tally_meter)e->meter,
+                         .pricing = (tally_pricing)e->pricing,
+                         .migration = e->migration != 0,
+                         .weight = e->weight,
+                         .start_s = e->start_s,
+                         .end_s = e->end_s};
+    memcpy(iv.resource, e->resource, sizeof iv.resource);
+    memcpy(iv.dim, e->dim, sizeof iv.dim);
+    bal_cache_iv_put(b->bal_cache, e->account, e->row_id, &iv);
+}
+
 static tally_err iv_write(tally_batch *b, iv_entry *e)
 {
     int64_t seq;
@@ -196,8 +212,10 @@ static tally_err iv_write(tally_batch *b, iv_entry *e)
         e->row_id = sqlite3_last_insert_rowid(b->l->db);
         b->new_intervals++;
     }
-    if (err == TALLY_OK)
+    if (err == TALLY_OK) {
         e->dirty = false;
+        iv_cached(b, e);
+    }
     return err;
 }
 
@@ -211,6 +229,8 @@ static tally_err iv_release(tally_batch *b, uint32_t idx, bool delete_row)
         sqlite3_bind_int64(b->st[ST_IV_DEL], 1, e->row_id);
         err = batch_step(b, b->st[ST_IV_DEL]);
         b->new_intervals--;
+        if (err == TALLY_OK && b->bal_cache)
+            bal_cache_iv_drop(b->bal_cache, e->account, e->row_id);
     } else if (!delete_row && e->dirty) {
         err = iv_write(b, e);
     }

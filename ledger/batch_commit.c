@@ -147,6 +147,31 @@ static bool acct_eq(const void *ctx, uint32_t idx)
     return strcmp(p->b->account_names[idx], p->account) == 0;
 }
 
+/* Makes room for one more known account: the set grows by doubling up to
+ * ACCOUNTS_KNOWN_MAX names (then it starts again, empty). */
+static tally_err known_grow(tally_batch *b)
+{
+    if (b->n_accounts == ACCOUNTS_KNOWN_MAX) {
+        idx_table_clear(&b->known_accounts);
+        b->n_accounts = 0;
+    }
+    if (b->n_accounts < b->cap_accounts)
+        return TALLY_OK;
+    size_t nc = b->cap_accounts ? b->cap_accounts * 2 : 1024;
+    char(*names)[TALLY_NAME_MAX] = realloc(b->account_names, nc * sizeof *names);
+    if (!names)
+        return TALLY_NOMEM;
+    b->account_names = names;
+    b->cap_accounts = nc;
+    tally_err e = idx_table_reserve(&b->known_accounts, nc);
+    for (size_t i = 0; e == TALLY_OK && i < b->n_accounts; i++) {
+        uint64_t h[2];
+        tally_hash128(names[i], strlen(names[i]), 1, h);
+        idx_table_insert(&b->known_accounts, h[0], (uint32_t)i);
+    }
+    return e;
+}
+
 /* Creates accounts on first sight; remembers which exist so that the ledger
  * is asked once per account, not once per event. */
 static tally_err ensure_account(tally_batch *b, const char *account, uint64_t hash)
@@ -155,17 +180,10 @@ static tally_err ensure_account(tally_batch *b, const char *account, uint64_t ha
     if (idx_table_find(&b->known_accounts, hash, acct_eq, &p) >= 0)
         return TALLY_OK;
     tally_err e = ledger_account_ensure(b->l, account);
+    if (e == TALLY_OK)
+        e = known_grow(b);
     if (e != TALLY_OK)
         return e;
-    if (!b->account_names) {
-        b->account_names = calloc(ACCOUNTS_KNOWN_MAX, sizeof *b->account_names);
-        if (!b->account_names || idx_table_reserve(&b->known_accounts, ACCOUNTS_KNOWN_MAX))
-            return TALLY_NOMEM;
-    }
-    if (b->n_accounts == ACCOUNTS_KNOWN_MAX) {
-        idx_table_clear(&b->known_accounts);
-        b->n_accounts = 0;
-    }
     snprintf(b->account_names[b->n_accounts], TALLY_NAME_MAX, "%s", account);
     idx_table_insert(&b->known_accounts, hash, (uint32_t)b->n_accounts++);
     return TALLY_OK;
@@ -262,33 +280,86 @@ static tally_err refresh_one(tally_batch *b, bal_engine *eng, const batch_touch 
     return e != TALLY_OK ? e : r;
 }
 
+static tally_err data_version(tally_ledger *l, int64_t *v)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_cached(l, "PRAGMA data_version", &st);
+    if (e)
+        return e;
+    int rc = sqlite3_step(st);
+    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    return ledger_cached_done(l, st, rc == SQLITE_ROW ? SQLITE_DONE : rc);
+}
+
+/* The batch's engine and cache for this commit's refreshes: kept from the
+ * last commit when nothing but this batch wrote since (ledger_int.h), else
+ * made anew (prices, grants, settings or invoices may have changed). */
+static tally_err refresh_session(tally_batch *b)
+{
+    int64_t dv;
+    tally_err e = data_version(b->l, &dv);
+    if (e)
+        return e;
+    bool kept = b->bal_eng && b->bal_valid && b->changes_at_begin == b->bal_changes &&
+                dv == b->bal_data_version;
+    b->bal_valid = false; /* until this commit is durable */
+    b->bal_refreshed = true;
+    b->bal_data_version = dv;
+    if (kept)
+        return TALLY_OK;
+    bal_engine_destroy(b->bal_eng);
+    b->bal_eng = NULL;
+    bal_cache_clear(b->bal_cache);
+    if (!b->bal_cache)
+        e = bal_cache_create(&b->bal_cache);
+    if (!e)
+        e = bal_engine_create(b->l, &b->bal_eng);
+    if (!e)
+        bal_engine_use_cache(b->bal_eng, b->bal_cache);
+    return e;
+}
+
 /* All touched accounts under one savepoint; if one cannot be rated, they are
- * done again one savepoint each, so that only that account keeps its
- * previous balance. */
+ * done again one savepoint each, from the ledger alone (the savepoint's
+ * rollback undid what the cache had recorded), so that only that account
+ * keeps its previous balance. */
 static tally_err refresh_touched(tally_batch *b)
 {
     if (b->n_touched == 0)
         return TALLY_OK;
-    bal_engine *eng = NULL; /* per commit: prices may change between commits */
-    tally_err e = bal_engine_create(b->l, &eng);
+    tally_err e = refresh_session(b);
     if (e == TALLY_OK)
         e = exec_cached(b->l, "SAVEPOINT balances");
-    if (e != TALLY_OK) {
-        bal_engine_destroy(eng);
+    if (e != TALLY_OK)
         return e;
-    }
+    bal_engine *eng = b->bal_eng;
     size_t i = 0;
     for (; e == TALLY_OK && i < b->n_touched; i++)
         e = bal_refresh(eng, b->touched[i].account, b->touched[i].lo_s, b->touched[i].hi_s,
                         "usage");
     if (refresh_recoverable(e)) {
+        bal_cache_clear(b->bal_cache);
+        bal_engine_use_cache(eng, NULL);
         e = exec_cached(b->l, "ROLLBACK TO balances");
         for (i = 0; e == TALLY_OK && i < b->n_touched; i++)
             e = refresh_one(b, eng, &b->touched[i]);
+        bal_engine_use_cache(eng, b->bal_cache);
     }
     tally_err r = exec_cached(b->l, "RELEASE balances");
-    bal_engine_destroy(eng);
     return e != TALLY_OK ? e : r;
+}
+
+/* After the commit: the cache stays valid until some other write. */
+static void refresh_committed(tally_batch *b, bool durable)
+{
+    /* A commit that refreshed nothing keeps the cache only if nothing else
+     * wrote before it either. */
+    b->bal_valid = durable && b->bal_eng &&
+                   (b->bal_refreshed || (b->bal_valid && b->changes_at_begin == b->bal_changes));
+    b->bal_refreshed = false;
+    b->bal_changes = sqlite3_total_changes64(b->l->db);
+    if (!durable)
+        bal_cache_clear(b->bal_cache);
 }
 
 static void touch_reset(tally_batch *b)
@@ -447,6 +518,7 @@ static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *
     b->now_s = tally_now_s();
     touch_reset(b);
     tally_err e = ledger_begin(b->l);
+    b->changes_at_begin = sqlite3_total_changes64(b->l->db);
     if (e == TALLY_OK) {
         e = commit_body(b, c, results);
         if (e == TALLY_OK)
@@ -454,6 +526,7 @@ static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *
         else
             ledger_rollback(b->l);
     }
+    refresh_committed(b, e == TALLY_OK);
     if (e != TALLY_OK) {
         /* Rows written by this commit are gone: forget what points at them. */
         agg_forget(b);

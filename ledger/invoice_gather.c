@@ -55,8 +55,8 @@ struct inv_gatherer {
     "AND +c.doc_type = 'credit_note' AND c.refers_to = j.id)"
 
 static const char *const queries[INV_Q_COUNT] = {
-    [INV_Q_INTERVALS] = "SELECT meter, pricing, migration, resource, dim, weight, start_s, end_s "
-                        "FROM usage_intervals WHERE account = ?1 AND start_s > ?2 - 86400 "
+    [INV_Q_INTERVALS] = "SELECT meter, pricing, migration, resource, dim, weight, start_s, end_s, "
+                        "id FROM usage_intervals WHERE account = ?1 AND start_s > ?2 - 86400 "
                         "AND start_s < ?3 AND end_s > ?2",
     [INV_Q_POINTS] = "SELECT meter, dim, dim2, t_s, qty FROM usage_points "
                      "WHERE account = ?1 AND t_s >= ?2 AND t_s < ?3",
@@ -138,8 +138,10 @@ tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out)
     g->as_of_s = INT64_MAX;
     const char *raw = getenv("TALLY_RAW_POINTS");
     g->raw_points = raw && strcmp(raw, "1") == 0;
+    /* Prepared once per connection (ledger_cached): a balance refresh makes
+     * a gatherer for every commit of the meter. */
     for (int i = 0; i < INV_Q_COUNT && !e; i++)
-        e = ledger_prepare(l, queries[i], &g->st[i]);
+        e = ledger_cached(l, queries[i], &g->st[i]);
     if (e) {
         inv_gatherer_destroy(g);
         return e;
@@ -153,7 +155,8 @@ void inv_gatherer_destroy(inv_gatherer *g)
     if (!g)
         return;
     for (int i = 0; i < INV_Q_COUNT; i++)
-        sqlite3_finalize(g->st[i]);
+        if (g->st[i])
+            (void)ledger_cached_done(g->l, g->st[i], SQLITE_DONE);
     free(g->spot);
     free(g->spot_entered_s);
     free(g->cards_as_of);
@@ -181,6 +184,7 @@ void inv_gather_as_of(inv_gatherer *g, int64_t as_of_s)
 void inv_input_release(inv_input *x)
 {
     free(x->intervals);
+    free(x->interval_ids);
     free(x->points);
     free(x->commitments);
     free(x->grants);
@@ -230,8 +234,12 @@ static tally_err read_intervals(inv_gatherer *g, sqlite3_stmt *st, inv_input *x)
     int rc;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         e = grow((void **)&x->intervals, x->n_intervals, &x->cap_intervals, sizeof(tally_interval));
+        if (!e)
+            e = grow((void **)&x->interval_ids, x->n_intervals, &x->cap_interval_ids,
+                     sizeof *x->interval_ids);
         if (e)
             break;
+        x->interval_ids[x->n_intervals] = sqlite3_column_int64(st, 8);
         tally_interval *iv = &x->intervals[x->n_intervals++];
         memset(iv, 0, sizeof *iv);
         iv->meter = (tally_meter)sqlite3_column_int(st, 0);
@@ -513,7 +521,7 @@ static tally_err read_usage(inv_gatherer *g, inv_input *x)
 {
     tally_err e;
     if (!g->l->shards) {
-        e = read_intervals(g, g->st[INV_Q_INTERVALS], x);
+        e = x->intervals_given ? TALLY_OK : read_intervals(g, g->st[INV_Q_INTERVALS], x);
         if (e)
             return e;
         return g->raw_points ? read_points(g, g->st[INV_Q_POINTS], x) : read_points_hourly(g, x);
@@ -536,8 +544,15 @@ tally_err inv_gather(inv_gatherer *g, const tally_account *acct, int64_t start_s
     x->account = *acct;
     x->start_s = start_s;
     x->end_s = end_s;
-    x->n_intervals = x->n_points = x->n_commitments = x->n_grants = 0;
+    x->n_points = x->n_commitments = x->n_grants = 0;
     x->n_in_window = 0;
+    if (x->intervals_given && g->l->shards)
+        return TALLY_INTERNAL; /* the cache serves plain ledgers only */
+    if (!x->intervals_given)
+        x->n_intervals = 0;
+    for (size_t i = 0; x->intervals_given && i < x->n_intervals; i++)
+        if (x->intervals[i].start_s < end_s && x->intervals[i].end_s > start_s)
+            x->n_in_window++;
     tally_err e = read_commitments(g, x);
     if (!e && with_grants) /* first: their windows decide which hours are read whole */
         e = read_grants(g, x);

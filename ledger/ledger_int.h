@@ -17,7 +17,7 @@
 #include "tally/ledger.h"
 #include "tally/rating.h"
 
-#define LEDGER_CACHED_MAX 48
+#define LEDGER_CACHED_MAX 64
 
 struct tally_ledger {
     sqlite3 *db;
@@ -154,8 +154,10 @@ tally_err ledger_outbox_invoice_voided(tally_ledger *l, const char *invoice_id, 
 
 /* ======== prepaid balances (balance*.c) ======== */
 
-/* Working memory for refreshing balances (a batch keeps one per commit). */
+/* Working memory for refreshing balances (a batch keeps one from commit
+ * to commit, with its cache: balance_cache.c). */
 typedef struct bal_engine bal_engine;
+typedef struct bal_cache bal_cache;
 /* Errors: those of inv_gatherer_create. */
 tally_err bal_engine_create(tally_ledger *l, bal_engine **out);
 void bal_engine_destroy(bal_engine *b);
@@ -169,6 +171,10 @@ void bal_engine_destroy(bal_engine *b);
  * TALLY_DB. */
 tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
                       const char *cause);
+
+/* Makes b's refreshes read what c holds and keep it up to date (NULL: read
+ * everything from the ledger). */
+void bal_engine_use_cache(bal_engine *b, bal_cache *c);
 
 /* bal_refresh with an engine of its own, for writes that touch one account;
  * a no-op on a shard. */
@@ -204,6 +210,69 @@ tally_balance_state bal_state_from_name(const char *name);
  * is not NULL, whether spend control applies to it: it has a grant (not an
  * adjustment) or limits of its own. One lookup. Errors: TALLY_DB. */
 tally_err bal_limits_get(tally_ledger *l, const char *account, tally_limits *out, bool *controlled);
+
+/* One open period's figures, as running_periods stores them. */
+typedef struct bal_period {
+    char period[8];
+    int64_t subtotal, credits, due;
+} bal_period;
+
+/* ---- What a batch remembers between its commits (balance_cache.c) ----
+ *
+ * A meter refreshes the same accounts commit after commit. Between two
+ * commits of one batch nothing that a refresh reads changes unless some
+ * write happened in between: the batch's own usage writes are applied to
+ * the cache as they are made (bal_cache_iv_*), and the refresh updates what
+ * it stores; any other write on the connection (sqlite3_total_changes64
+ * moves) or a commit by another connection (PRAGMA data_version moves)
+ * empties it (batch_commit.c). So a refresh served from the cache reads what
+ * the statements would have returned; tally verify recomputes from the
+ * ledger and never uses it. Bounded: BAL_CACHE_ACCOUNTS accounts and
+ * BAL_CACHE_ROWS interval rows; past either it starts again, empty. */
+#define BAL_CACHE_ACCOUNTS 32768
+#define BAL_CACHE_ROWS     262144
+#define BAL_CACHE_PERIODS  4
+
+typedef struct bal_cache_iv {
+    int64_t id;
+    tally_interval iv;
+} bal_cache_iv;
+
+typedef struct bal_cache_entry {
+    tally_account acct;
+    bool row_found;
+    bal_row row;     /* as stored (when row_found) */
+    bool periods_ok; /* periods holds every stored running period */
+    bal_period periods[BAL_CACHE_PERIODS];
+    size_t n_periods;
+    tally_limits lim;
+    bool controlled;
+    bool invoiced; /* the account has an invoice or credit note */
+    bool iv_ok;    /* ivs holds every row the window [iv_start, iv_end) reads */
+    int64_t iv_start, iv_end;
+    bal_cache_iv *ivs;
+    size_t n_iv, cap_iv;
+} bal_cache_entry;
+
+tally_err bal_cache_create(bal_cache **out);
+void bal_cache_destroy(bal_cache *c);
+void bal_cache_clear(bal_cache *c);
+/* The account's entry, or NULL. */
+bal_cache_entry *bal_cache_find(bal_cache *c, const char *account);
+/* A new, empty entry for the account (not in the cache). Errors: TALLY_NOMEM. */
+tally_err bal_cache_add(bal_cache *c, const tally_account *acct, bal_cache_entry **out);
+/* Whether an interval row belongs to what the gather of [start, end) reads
+ * (INV_Q_INTERVALS: a day either side). */
+bool bal_cache_iv_in(int64_t row_start, int64_t row_end, int64_t start, int64_t end);
+/* Holds rows (ids[i], rows[i]) as the window [start, end) of e. */
+void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
+                       const tally_interval *rows, const int64_t *ids, size_t n);
+/* A row of the account written (inserted or updated) or deleted by the batch. */
+void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally_interval *iv);
+void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id);
+/* The window's rows in the order the gather returns them (start_s, then
+ * id) into out (n_out of them). Errors: TALLY_NOMEM. */
+tally_err bal_cache_iv_rows(bal_cache_entry *e, tally_interval **out, size_t *cap, size_t *n_out);
 
 /* For tally verify (verify_balance.c): recomputes the account's balance as
  * of its stored updated_at with the refresh's code, from all its usage,
@@ -246,7 +315,7 @@ void shard_lock_drop(int fd);
 #define BATCH_ITEMS_MAX    ((size_t)4 << 20)
 #define IV_MAX             65536 /* open intervals remembered across commits */
 #define IV_MAX_SPAN_S      86400 /* a usage_intervals row never covers more */
-#define ACCOUNTS_KNOWN_MAX 4096  /* accounts known to exist, before the set is reset */
+#define ACCOUNTS_KNOWN_MAX 65536 /* accounts known to exist, before the set is reset */
 
 /* ---- An index of entries by 64-bit hash (open addressing, linear probing).
  * Slots hold entry index + 1 (0 = empty) so a zeroed table is empty. */
@@ -362,7 +431,7 @@ struct tally_batch {
     idx_table pt_index;
     idx_table known_accounts; /* hashes of accounts known to exist */
     char (*account_names)[TALLY_NAME_MAX];
-    size_t n_accounts;
+    size_t n_accounts, cap_accounts;
     int64_t seq; /* usage_seq of this commit; 0 until usage is written */
     int64_t now_s;
     int64_t key_id; /* the API key that sent what is queued; 0: none */
@@ -376,6 +445,15 @@ struct tally_batch {
     struct batch_touch *touched;
     size_t n_touched, cap_touched;
     idx_table touch_index;
+    /* Kept from commit to commit for those refreshes (balance_cache.c):
+     * valid while no other write happened on the connection (bal_changes:
+     * sqlite3_total_changes64 after the last commit) and none by another
+     * connection (bal_data_version: PRAGMA data_version). */
+    bal_engine *bal_eng;
+    bal_cache *bal_cache;
+    bool bal_valid, bal_refreshed;
+    int64_t bal_changes, bal_data_version;
+    int64_t changes_at_begin;
     /* This commit's new usage per meter, for the ledger chain (chain.c). */
     int64_t chain_events[TALLY_METER_COUNT];
     __int128 chain_qty[TALLY_METER_COUNT];
@@ -598,6 +676,11 @@ typedef struct inv_input {
     int64_t start_s, end_s; /* the window being rated */
     tally_interval *intervals;
     size_t n_intervals, cap_intervals;
+    int64_t *interval_ids; /* each interval's row id (a plain ledger's) */
+    size_t cap_interval_ids;
+    /* Set by the caller before inv_gather: intervals holds the window's rows
+     * already (a balance refresh served from its cache), read no others. */
+    bool intervals_given;
     tally_point *points;
     size_t n_points, cap_points;
     tally_commitment *commitments;

@@ -128,6 +128,17 @@ static void commit(fx *f)
     f->b = NULL;
 }
 
+/* Commits what was queued and keeps the batch for the next commit, as a
+ * meter does (its balance cache lives on: ledger/balance_cache.c). */
+static void commit_keep(fx *f)
+{
+    tally_batch_stats st;
+    tally_err e = tally_batch_commit(f->b, &st, NULL);
+    if (e)
+        fail_msg("commit: %s (%s)", tally_err_str(e), tally_ledger_errmsg(f->l));
+    assert_int_equal(st.quarantined, 0);
+}
+
 /* ---- Reading back ------------------------------------------------------------- */
 
 static int64_t num(const char *s)
@@ -538,6 +549,114 @@ static void test_low_and_stop_at_once(void **state)
     assert_string_equal(jstr(x.v[5].data, "previous_state"), "low");
     events_free(&x);
     fx_close(&f);
+}
+
+/* acct's running charges equal the draft of its one open period, which its
+ * grants pay in full, and its credits what is left of granted after
+ * earlier invoices used used. */
+static void expect_draft(fx *f, const char *account, const char *period, int64_t granted,
+                         int64_t used)
+{
+    tally_invoice_summary d = invoice(f, account, period, false);
+    tally_balance b = balance(f, account);
+    assert_true(d.subtotal_minor > 0);
+    assert_int_equal(b.running_minor, d.subtotal_minor);
+    assert_int_equal(b.covered_minor, d.credits_minor);
+    assert_int_equal(b.credits_minor, granted - used - d.credits_minor);
+}
+
+static int64_t rows_of(fx *f, const char *resource)
+{
+    return query1(f, "SELECT count(*) FROM usage_intervals WHERE resource = ?1", resource);
+}
+
+/* One batch kept from commit to commit, as the meter keeps one: what its
+ * refreshes remember between commits (ledger/balance_cache.c) must follow
+ * its own interval rows as they are added, grow and merge (an event that
+ * fills a gap deletes one of two rows), and give way to a top-up and a stop
+ * mark set through another connection, to late usage for an invoiced
+ * period, and to limits set on this connection. Each step is checked
+ * against a draft run; verify recomputes everything at the end. */
+static void test_batch_cache(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-cache", "2026-03-10T12:00:00Z");
+    int64_t t = at("2026-03-10T12:00:00Z");
+    grant(&f, "acme", TALLY_GRANT_PREPAID, 20000, 50, at("2026-01-01T00:00:00Z"), TALLY_TIME_MAX);
+    accel(&f, "acme", "i-0", "rtx4090", "on_demand", 1, at("2026-02-20T00:00:00Z"), 3600);
+    commit(&f);
+    int64_t used = invoice(&f, "acme", "2026-02", true).credits_minor;
+
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t - 6 * 3600, 3600);
+    commit_keep(&f); /* the cache reads March */
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t - 4 * 3600, 3600); /* a gap before */
+    accel(&f, "acme", "i-2", "a100-40g", "on_demand", 2, t - 3600, 1800);
+    commit_keep(&f); /* new rows, from the cache */
+    assert_int_equal(rows_of(&f, "i-1"), 2);
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t - 5 * 3600, 3600);
+    commit_keep(&f); /* the gap is filled: one row grows, the other goes */
+    assert_int_equal(rows_of(&f, "i-1"), 1);
+    /* Only reads until the next commit: a draft run writes (drafts), and
+     * any write empties the cache. 3 h of rtx4090 at 1.98 and one card-hour
+     * of a100-40g at 1.90. */
+    tally_balance before = balance(&f, "acme");
+    assert_int_equal(before.running_minor, 3 * 198 + 190);
+    assert_int_equal(before.state, TALLY_BALANCE_OK);
+
+    /* a top-up and a stop mark set by another process (the server): commits
+     * by another connection that leave the state as it was */
+    tally_ledger *other = NULL;
+    char why[256] = "";
+    if (tally_ledger_open(f.db, &other, why, sizeof why) != TALLY_OK)
+        fail_msg("open: %s", why);
+    tally_grant_spec g = {.account = "acme",
+                          .kind = TALLY_GRANT_PREPAID,
+                          .amount_minor = 5000,
+                          .priority = 50,
+                          .effective_s = at("2026-01-01T00:00:00Z"),
+                          .expires_s = TALLY_TIME_MAX,
+                          .scope = ""};
+    int64_t id;
+    assert_int_equal(tally_ledger_grant_add(other, &g, &id, why, sizeof why), TALLY_OK);
+    int64_t stop = before.balance_minor + 5000 - 100; /* the next hour of i-1 crosses it */
+    int64_t release = TALLY_BALANCE_RELEASE_DEFAULT;
+    tally_limits_change lc = {
+        .clear_low = true, .stop_at_minor = &stop, .release_after_s = &release};
+    assert_int_equal(tally_limits_set(other, "acme", &lc, why, sizeof why), TALLY_OK);
+    tally_ledger_close(other);
+    assert_int_equal(balance(&f, "acme").state, TALLY_BALANCE_OK);
+
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t - 3 * 3600, 3600);
+    commit_keep(&f);
+    expect_draft(&f, "acme", "2026-03", 25000, used);
+    assert_int_equal(balance(&f, "acme").state, TALLY_BALANCE_EXHAUSTED);
+    bal_events x;
+    events_load(&f, "acme", &x);
+    assert_int_equal(x.n, 2);
+    expect_event(&x, 0, TALLY_EVENT_BALANCE_EXHAUSTED, "acme", 1, "exhausted", "usage");
+    expect_event(&x, 1, TALLY_EVENT_ACCOUNT_SUSPEND, "acme", 2, "exhausted", "usage");
+    events_free(&x);
+
+    /* late usage for the invoiced February: its adjustment joins March */
+    accel(&f, "acme", "i-0", "rtx4090", "on_demand", 1, at("2026-02-21T00:00:00Z"), 3600);
+    commit_keep(&f);
+    tally_invoice_summary mar = invoice(&f, "acme", "2026-03", false);
+    assert_int_equal(balance(&f, "acme").running_minor, mar.subtotal_minor);
+    expect_draft(&f, "acme", "2026-03", 25000, used);
+
+    /* limits on this connection: the next commit's state follows them */
+    tally_balance b = balance(&f, "acme");
+    int64_t low = b.balance_minor + 1;
+    limits(&f, "acme", &low, b.balance_minor - 150, TALLY_BALANCE_RELEASE_DEFAULT);
+    assert_int_equal(balance(&f, "acme").state, TALLY_BALANCE_LOW);
+    accel(&f, "acme", "i-2", "a100-40g", "on_demand", 2, t - 1800, 1800);
+    commit_keep(&f);
+    assert_int_equal(balance(&f, "acme").state, TALLY_BALANCE_EXHAUSTED);
+    expect_draft(&f, "acme", "2026-03", 25000, used);
+    tally_batch_destroy(f.b);
+    f.b = NULL;
+    fx_close(&f); /* verify recomputes the stored balance from the ledger */
 }
 
 /* volume.release once the account has stayed exhausted for its release
@@ -960,6 +1079,7 @@ int main(void)
         cmocka_unit_test(test_admission_reserved),
         cmocka_unit_test(test_admission_minimum),
         cmocka_unit_test(test_verify_tampering),
+        cmocka_unit_test(test_batch_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

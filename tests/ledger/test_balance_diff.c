@@ -11,7 +11,10 @@
  * (among them events that join two short runs, so that the adjustment is
  * negative and can net an invoice below zero). The stream is fed through
  * the real ingest path (tally_ingest_message into tally_batch_commit) in
- * random batch sizes, the clock (TALLY_NOW) moving through random instants.
+ * random batch sizes, through one batch for the round as a meter keeps one
+ * (so its balance cache, ledger/balance_cache.c, lives from commit to
+ * commit while everything below changes between them), the clock
+ * (TALLY_NOW) moving through random instants.
  * At each, spot prices may change (also back-dated into finalized months),
  * prepaid top-ups and commitments are added, limits and time zones change,
  * and periods that ended are finalized (for all accounts at once, or for a
@@ -169,6 +172,7 @@ typedef struct world {
     uint64_t seed;
     int round, stop;
     tally_ledger *l;
+    tally_batch *batch; /* one for the round, as a meter keeps one: its balance cache lives on */
     char dir[512], db[600], key[600], copy[600];
     int64_t now;
     size_t n;
@@ -442,8 +446,9 @@ static void ingest_until(world *w, int64_t t)
         int64_t size = pick <= 4   ? rin(&w->r, 1, 5)
                        : pick <= 8 ? rin(&w->r, 6, 60)
                                    : rin(&w->r, 61, 400);
-        tally_batch *b = NULL;
-        assert_int_equal(tally_batch_create(w->l, &b), TALLY_OK);
+        if (!w->batch)
+            assert_int_equal(tally_batch_create(w->l, &w->batch), TALLY_OK);
+        tally_batch *b = w->batch;
         for (int64_t i = 0; i < size && w->next_ev < w->n_ev && w->ev[w->next_ev].arrival <= t;
              i++) {
             const qev *q = &w->ev[w->next_ev++];
@@ -463,7 +468,6 @@ static void ingest_until(world *w, int64_t t)
             FAILW(w, "%" PRId64 " events quarantined", st.quarantined);
         w->n_events += st.accepted;
         w->n_batches++;
-        tally_batch_destroy(b);
     }
 }
 
@@ -1094,6 +1098,8 @@ static void round_setup(world *w, size_t n_accounts)
 
 static void round_teardown(world *w)
 {
+    tally_batch_destroy(w->batch);
+    w->batch = NULL;
     tu_assert_conservation(w->l);
     char why[512] = "";
     if (tally_ledger_verify(w->l, w->key, why, sizeof why) != TALLY_OK)

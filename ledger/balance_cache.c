@@ -1,0 +1,215 @@
+/* What a batch remembers between its commits for the balance refresh
+ * (ledger_int.h, "What a batch remembers between its commits").
+ *
+ * Entries are found by the account's hash; they live in one array that is
+ * emptied as a whole when it is full, or when the interval rows held pass
+ * BAL_CACHE_ROWS, so memory stays bounded however long the meter runs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger_int.h"
+#include "tally/event.h"
+
+#define DAY_S 86400
+
+struct bal_cache {
+    bal_cache_entry *v;
+    size_t n;
+    size_t rows; /* interval rows held by all entries */
+    idx_table index;
+};
+
+typedef struct probe {
+    const bal_cache *c;
+    const char *account;
+} probe;
+
+static uint64_t account_hash(const char *account)
+{
+    uint64_t h[2];
+    tally_hash128(account, strlen(account), 1, h);
+    return h[0];
+}
+
+static bool entry_eq(const void *ctx, uint32_t idx)
+{
+    const probe *p = ctx;
+    return strcmp(p->c->v[idx].acct.id, p->account) == 0;
+}
+
+tally_err bal_cache_create(bal_cache **out)
+{
+    bal_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return TALLY_NOMEM;
+    *out = c;
+    return TALLY_OK;
+}
+
+static void entry_release(bal_cache_entry *e)
+{
+    free(e->ivs);
+    e->ivs = NULL;
+    e->n_iv = e->cap_iv = 0;
+    e->iv_ok = false;
+}
+
+void bal_cache_clear(bal_cache *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->n; i++)
+        entry_release(&c->v[i]);
+    c->n = 0;
+    c->rows = 0;
+    if (c->index.slots)
+        idx_table_clear(&c->index);
+}
+
+void bal_cache_destroy(bal_cache *c)
+{
+    if (!c)
+        return;
+    bal_cache_clear(c);
+    free(c->v);
+    idx_table_free(&c->index);
+    free(c);
+}
+
+bal_cache_entry *bal_cache_find(bal_cache *c, const char *account)
+{
+    if (!c || !c->n)
+        return NULL;
+    probe p = {c, account};
+    int64_t i = idx_table_find(&c->index, account_hash(account), entry_eq, &p);
+    return i >= 0 ? &c->v[i] : NULL;
+}
+
+tally_err bal_cache_add(bal_cache *c, const tally_account *acct, bal_cache_entry **out)
+{
+    *out = NULL;
+    if (!c->v) {
+        c->v = calloc(BAL_CACHE_ACCOUNTS, sizeof *c->v);
+        if (!c->v || idx_table_reserve(&c->index, BAL_CACHE_ACCOUNTS) != TALLY_OK)
+            return TALLY_NOMEM;
+    }
+    if (c->n == BAL_CACHE_ACCOUNTS)
+        bal_cache_clear(c);
+    bal_cache_entry *e = &c->v[c->n];
+    memset(e, 0, sizeof *e);
+    e->acct = *acct;
+    idx_table_insert(&c->index, account_hash(acct->id), (uint32_t)c->n++);
+    *out = e;
+    return TALLY_OK;
+}
+
+bool bal_cache_iv_in(int64_t row_start, int64_t row_end, int64_t start, int64_t end)
+{
+    /* INV_Q_INTERVALS bound to (start - 1 day, end + 1 day): start_s > ?2 -
+     * 86400 AND start_s < ?3 AND end_s > ?2. */
+    return row_start > start - 2 * DAY_S && row_start < end + DAY_S && row_end > start - DAY_S;
+}
+
+/* Room for one more row in e; false (and e's rows dropped) past the bound. */
+static bool iv_room(bal_cache *c, bal_cache_entry *e)
+{
+    if (c->rows >= BAL_CACHE_ROWS) {
+        c->rows -= e->n_iv;
+        entry_release(e);
+        return false;
+    }
+    if (e->n_iv < e->cap_iv)
+        return true;
+    size_t nc = e->cap_iv ? e->cap_iv * 2 : 8;
+    bal_cache_iv *v = realloc(e->ivs, nc * sizeof *v);
+    if (!v) {
+        c->rows -= e->n_iv;
+        entry_release(e);
+        return false;
+    }
+    e->ivs = v;
+    e->cap_iv = nc;
+    return true;
+}
+
+void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
+                       const tally_interval *rows, const int64_t *ids, size_t n)
+{
+    c->rows -= e->n_iv;
+    entry_release(e);
+    e->iv_ok = true;
+    e->iv_start = start;
+    e->iv_end = end;
+    for (size_t i = 0; i < n; i++) {
+        if (!iv_room(c, e))
+            return;
+        e->ivs[e->n_iv++] = (bal_cache_iv){ids[i], rows[i]};
+        c->rows++;
+    }
+}
+
+static ssize_t iv_index(const bal_cache_entry *e, int64_t id)
+{
+    for (size_t i = 0; i < e->n_iv; i++)
+        if (e->ivs[i].id == id)
+            return (ssize_t)i;
+    return -1;
+}
+
+static void iv_remove(bal_cache *c, bal_cache_entry *e, size_t i)
+{
+    e->ivs[i] = e->ivs[--e->n_iv];
+    c->rows--;
+}
+
+void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally_interval *iv)
+{
+    bal_cache_entry *e = bal_cache_find(c, account);
+    if (!e || !e->iv_ok)
+        return;
+    ssize_t i = iv_index(e, id);
+    bool in = bal_cache_iv_in(iv->start_s, iv->end_s, e->iv_start, e->iv_end);
+    if (i >= 0 && in) {
+        e->ivs[i].iv = *iv;
+    } else if (i >= 0) {
+        iv_remove(c, e, (size_t)i);
+    } else if (in && iv_room(c, e)) {
+        e->ivs[e->n_iv++] = (bal_cache_iv){id, *iv};
+        c->rows++;
+    }
+}
+
+void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id)
+{
+    bal_cache_entry *e = bal_cache_find(c, account);
+    ssize_t i = e && e->iv_ok ? iv_index(e, id) : -1;
+    if (i >= 0)
+        iv_remove(c, e, (size_t)i);
+}
+
+static int iv_order(const void *pa, const void *pb)
+{
+    const bal_cache_iv *a = pa, *b = pb;
+    if (a->iv.start_s != b->iv.start_s)
+        return a->iv.start_s < b->iv.start_s ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+tally_err bal_cache_iv_rows(bal_cache_entry *e, tally_interval **out, size_t *cap, size_t *n_out)
+{
+    /* The gather's order is the index's, (account, start_s, id): sorting in
+     * place keeps the next sort short. */
+    if (e->n_iv > 1)
+        qsort(e->ivs, e->n_iv, sizeof *e->ivs, iv_order);
+    if (e->n_iv > *cap) {
+        tally_interval *v = realloc(*out, e->n_iv * sizeof *v);
+        if (!v)
+            return TALLY_NOMEM;
+        *out = v;
+        *cap = e->n_iv;
+    }
+    for (size_t i = 0; i < e->n_iv; i++)
+        (*out)[i] = e->ivs[i].iv;
+    *n_out = e->n_iv;
+    return TALLY_OK;
+}
