@@ -111,7 +111,11 @@ TALLY_MUST_CHECK tally_err tally_balance_json(const tally_balance *b, tally_buf 
 
 /* Refreshes every account whose next check (a grant expiring, a release
  * grace ending, a commitment's next period starting) is at or before
- * now_s, each in its own transaction; *n counts them. Errors: TALLY_DB and those of a refresh. */
+ * now_s, each in its own transaction; on a ledger directory also the
+ * accounts that meters' shard commits left pending (one main.db transaction
+ * per shard; skipped quietly while another writer holds main.db). *n counts
+ * them. Call it outside a transaction. Errors: TALLY_DB and those of a
+ * refresh. */
 TALLY_MUST_CHECK tally_err tally_balance_sweep(tally_ledger *l, int64_t now_s, int64_t *n);
 
 /* Refreshes every account, each in its own transaction (`tally balance
