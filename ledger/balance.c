@@ -192,17 +192,45 @@ static tally_err stored_periods(bal_engine *b, const char *account)
     return ledger_cached_done(b->l, st, rc);
 }
 
-/* The earliest and latest usage of a plain ledger's account, for an account
- * refreshed for the first time (usage stored before migration 12). */
+static const char span_sql[] =
+    "SELECT min(lo), max(hi) FROM (SELECT min(start_s) lo, max(end_s) - 1 hi "
+    "FROM usage_intervals WHERE account = ?1 UNION ALL "
+    "SELECT min(t_s), max(t_s) FROM usage_points WHERE account = ?1)";
+
+typedef struct span_ctx {
+    tally_ledger *l;
+    const char *account;
+    int64_t *lo, *hi;
+} span_ctx;
+
+/* One database's span, merged into the context's. */
+static tally_err span_of(void *ctx, sqlite3_stmt *st, int64_t snap_seq)
+{
+    span_ctx *x = ctx;
+    (void)snap_seq;
+    sqlite3_bind_text(st, 1, x->account, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        int64_t lo = sqlite3_column_int64(st, 0), hi = sqlite3_column_int64(st, 1);
+        bool none = *x->lo > *x->hi;
+        *x->lo = none || lo < *x->lo ? lo : *x->lo;
+        *x->hi = none || hi > *x->hi ? hi : *x->hi;
+    }
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TALLY_OK : ledger_stmt_err(x->l, st, rc);
+}
+
+/* The earliest and latest usage of an account (in every database holding
+ * it, on a ledger directory), for an account refreshed for the first time
+ * (usage stored before migration 12, or by meters of a directory before
+ * migration 14) and for tally verify. *lo > *hi: none. */
 static tally_err usage_span(bal_engine *b, const char *account, int64_t *lo, int64_t *hi)
 {
+    if (b->l->shards) {
+        span_ctx x = {b->l, account, lo, hi};
+        return ledger_usage_each(b->l, account, LEDGER_USAGE_SPAN, span_sql, 0, span_of, &x);
+    }
     sqlite3_stmt *st;
-    tally_err e =
-        ledger_cached(b->l,
-                      "SELECT min(lo), max(hi) FROM (SELECT min(start_s) lo, max(end_s) - 1 hi "
-                      "FROM usage_intervals WHERE account = ?1 UNION ALL "
-                      "SELECT min(t_s), max(t_s) FROM usage_points WHERE account = ?1)",
-                      &st);
+    tally_err e = ledger_cached(b->l, span_sql, &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
@@ -1010,7 +1038,7 @@ static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64
     if (!c->ccy)
         return TALLY_UNKNOWN_CURRENCY;
     e = stored_periods(b, account);
-    if (!e && rescan && !b->l->shards) {
+    if (!e && rescan) {
         int64_t ulo = 1, uhi = 0;
         e = usage_span(b, account, &ulo, &uhi);
         if (!e && ulo <= uhi)

@@ -275,10 +275,16 @@ static tally_err refresh_each(tally_ledger *l, const char *sql, int64_t t, const
 
 tally_err tally_balance_sweep(tally_ledger *l, int64_t now_s, int64_t *n)
 {
-    return refresh_each(l,
-                        "SELECT account FROM account_balances WHERE next_check_s IS NOT NULL "
-                        "AND next_check_s <= ?1 ORDER BY account",
-                        now_s, "clock", n);
+    int64_t flushed = 0;
+    /* A ledger directory: what meters' shard commits left pending (a meter
+     * that died before its flush, and whose partitions nobody took since). */
+    tally_err f = ledger_shard_balances_flush_all(l, &flushed);
+    tally_err e = refresh_each(l,
+                               "SELECT account FROM account_balances WHERE next_check_s IS NOT "
+                               "NULL AND next_check_s <= ?1 ORDER BY account",
+                               now_s, "clock", n);
+    *n += flushed;
+    return f ? f : e;
 }
 
 tally_err tally_balance_refresh_all(tally_ledger *l, int64_t *n)

@@ -220,7 +220,7 @@ static tally_err touch_grow(tally_batch *b)
 /* hash: of the account, as ensure_account has it (seed 1). */
 static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash)
 {
-    if (b->l->no_balances)
+    if (b->l->no_balances && !b->l->balances_in_main)
         return TALLY_OK;
     touch_probe p = {b, ev->account};
     int64_t lo = ev->time_s, hi = ev->time_s + (ev->seconds > 0 ? ev->seconds - 1 : 0);
@@ -250,9 +250,6 @@ static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash)
     return TALLY_OK;
 }
 
-/* One account's refresh under a savepoint: an account that cannot be rated
- * (a price missing since) keeps its previous balance and is logged; the
- * batch, and every other account in it, goes on. */
 static tally_err exec_cached(tally_ledger *l, const char *sql)
 {
     sqlite3_stmt *st;
@@ -265,18 +262,21 @@ static bool refresh_recoverable(tally_err e)
     return e != TALLY_OK && !tally_err_is_fatal(e) && e != TALLY_NOMEM && e != TALLY_IO;
 }
 
-static tally_err refresh_one(tally_batch *b, bal_engine *eng, const batch_touch *t)
+/* One account's refresh under a savepoint: an account that cannot be rated
+ * (a price missing since) keeps its previous balance and is logged; the
+ * batch, and every other account in it, goes on. */
+static tally_err refresh_one(tally_ledger *l, bal_engine *eng, const batch_touch *t)
 {
-    tally_err e = exec_cached(b->l, "SAVEPOINT balance");
+    tally_err e = exec_cached(l, "SAVEPOINT balance");
     if (e != TALLY_OK)
         return e;
     e = bal_refresh(eng, t->account, t->lo_s, t->hi_s, "usage");
     if (refresh_recoverable(e)) {
         tally_log(TALLY_LOG_WARNING, "ledger", "balance of %s not refreshed: %s (%s)", t->account,
-                  tally_err_str(e), b->l->errmsg);
-        e = exec_cached(b->l, "ROLLBACK TO balance");
+                  tally_err_str(e), l->errmsg);
+        e = exec_cached(l, "ROLLBACK TO balance");
     }
-    tally_err r = exec_cached(b->l, "RELEASE balance");
+    tally_err r = exec_cached(l, "RELEASE balance");
     return e != TALLY_OK ? e : r;
 }
 
@@ -314,38 +314,43 @@ static tally_err refresh_session(tally_batch *b)
         e = bal_cache_create(&b->bal_cache);
     if (!e)
         e = bal_engine_create(b->l, &b->bal_eng);
-    if (!e)
+    /* Not on a ledger directory's main.db: the usage it rates is also in
+     * shards that other connections write. */
+    if (!e && !b->l->shards)
         bal_engine_use_cache(b->bal_eng, b->bal_cache);
     return e;
 }
 
-/* All touched accounts under one savepoint; if one cannot be rated, they are
- * done again one savepoint each, from the ledger alone (the savepoint's
- * rollback undid what the cache had recorded), so that only that account
- * keeps its previous balance. */
-static tally_err refresh_touched(tally_batch *b)
+/* All under one savepoint, then one savepoint each (ledger_int.h). */
+tally_err bal_refresh_touched(tally_ledger *l, bal_engine *eng, bal_cache *cache,
+                              const batch_touch *t, size_t n)
 {
-    if (b->n_touched == 0)
+    if (n == 0)
         return TALLY_OK;
-    tally_err e = refresh_session(b);
+    bal_engine *own = NULL; /* per call: prices may change between calls */
+    tally_err e = eng ? TALLY_OK : bal_engine_create(l, &own);
+    if (!eng)
+        eng = own;
     if (e == TALLY_OK)
-        e = exec_cached(b->l, "SAVEPOINT balances");
-    if (e != TALLY_OK)
+        e = exec_cached(l, "SAVEPOINT balances");
+    if (e != TALLY_OK) {
+        bal_engine_destroy(own);
         return e;
-    bal_engine *eng = b->bal_eng;
-    size_t i = 0;
-    for (; e == TALLY_OK && i < b->n_touched; i++)
-        e = bal_refresh(eng, b->touched[i].account, b->touched[i].lo_s, b->touched[i].hi_s,
-                        "usage");
-    if (refresh_recoverable(e)) {
-        bal_cache_clear(b->bal_cache);
-        bal_engine_use_cache(eng, NULL);
-        e = exec_cached(b->l, "ROLLBACK TO balances");
-        for (i = 0; e == TALLY_OK && i < b->n_touched; i++)
-            e = refresh_one(b, eng, &b->touched[i]);
-        bal_engine_use_cache(eng, b->bal_cache);
     }
-    tally_err r = exec_cached(b->l, "RELEASE balances");
+    size_t i = 0;
+    for (; e == TALLY_OK && i < n; i++)
+        e = bal_refresh(eng, t[i].account, t[i].lo_s, t[i].hi_s, "usage");
+    if (refresh_recoverable(e)) {
+        /* the rollback undoes what the cache recorded: from the ledger alone */
+        bal_cache_clear(cache);
+        bal_engine_use_cache(eng, NULL);
+        e = exec_cached(l, "ROLLBACK TO balances");
+        for (i = 0; e == TALLY_OK && i < n; i++)
+            e = refresh_one(l, eng, &t[i]);
+        bal_engine_use_cache(eng, cache);
+    }
+    tally_err r = exec_cached(l, "RELEASE balances");
+    bal_engine_destroy(own);
     return e != TALLY_OK ? e : r;
 }
 
@@ -360,6 +365,48 @@ static void refresh_committed(tally_batch *b, bool durable)
     b->bal_changes = sqlite3_total_changes64(b->l->db);
     if (!durable)
         bal_cache_clear(b->bal_cache);
+}
+
+/* A shard's commit (balances_in_main): each touched account joins the
+ * shard's balance_pending with this commit's usage_seq, for main.db to
+ * refresh (shard_balance.c). A row main.db refreshed already (its seq at or
+ * below the mark) takes the new span; one still pending is widened. */
+static tally_err record_pending(tally_batch *b)
+{
+    int64_t seq = 0;
+    tally_err e = batch_seq(b, &seq);
+    for (size_t i = 0; e == TALLY_OK && i < b->n_touched; i++) {
+        sqlite3_stmt *st;
+        e = ledger_cached(b->l,
+                          "INSERT INTO balance_pending(account, lo_s, hi_s, seq) "
+                          "VALUES (?1, ?2, ?3, ?4) ON CONFLICT(account) DO UPDATE SET "
+                          "lo_s = CASE WHEN seq <= ?5 THEN excluded.lo_s "
+                          "ELSE min(lo_s, excluded.lo_s) END, "
+                          "hi_s = CASE WHEN seq <= ?5 THEN excluded.hi_s "
+                          "ELSE max(hi_s, excluded.hi_s) END, seq = excluded.seq",
+                          &st);
+        if (e != TALLY_OK)
+            break;
+        sqlite3_bind_text(st, 1, b->touched[i].account, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, b->touched[i].lo_s);
+        sqlite3_bind_int64(st, 3, b->touched[i].hi_s);
+        sqlite3_bind_int64(st, 4, seq);
+        sqlite3_bind_int64(st, 5, b->l->balance_mark);
+        e = ledger_cached_done(b->l, st, sqlite3_step(st));
+    }
+    return e;
+}
+
+/* The balances of the accounts the commit touched: refreshed here, with the
+ * batch's engine and cache, or on a meter's shard recorded for main.db. */
+static tally_err refresh_touched(tally_batch *b)
+{
+    if (b->n_touched == 0)
+        return TALLY_OK;
+    if (b->l->balances_in_main)
+        return record_pending(b);
+    tally_err e = refresh_session(b);
+    return e ? e : bal_refresh_touched(b->l, b->bal_eng, b->bal_cache, b->touched, b->n_touched);
 }
 
 static void touch_reset(tally_batch *b)

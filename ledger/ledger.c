@@ -17,7 +17,6 @@
 #include "tally/ledger_sql.h"
 #include "tally/embed.h"
 
-#define BUSY_TIMEOUT_MS   10000
 #define CACHE_KIB_DEFAULT 65536
 #define CACHE_KIB_MIN     1024
 #define CACHE_KIB_MAX     (16LL << 20) /* 16 GiB */
@@ -176,7 +175,7 @@ static tally_err user_version(tally_ledger *l, int64_t *v)
 static tally_err apply_pragmas(tally_ledger *l, char *why, size_t cap)
 {
     char sql[128], mode[32];
-    sqlite3_busy_timeout(l->db, BUSY_TIMEOUT_MS);
+    sqlite3_busy_timeout(l->db, LEDGER_BUSY_TIMEOUT_MS);
     sqlite3_extended_result_codes(l->db, 1);
     (void)sqlite3_db_config(l->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
     (void)sqlite3_db_config(l->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);

@@ -18,6 +18,8 @@
 #include "tally/rating.h"
 
 #define LEDGER_CACHED_MAX 64
+/* How long a write waits for another writer's lock (sqlite3_busy_timeout). */
+#define LEDGER_BUSY_TIMEOUT_MS 10000
 
 struct tally_ledger {
     sqlite3 *db;
@@ -46,6 +48,15 @@ struct tally_ledger {
     /* A shard of a ledger directory (shard_write.c): it holds no grants, so
      * its writes refresh no balances (include/tally/balance.h). */
     bool no_balances;
+    /* A shard written by a meter, balances kept (not TALLY_NO_BALANCES=1):
+     * each batch commit records the accounts it touched in balance_pending
+     * for main.db to refresh (shard_balance.c, schemas/014_balance_pending.sql). */
+    bool balances_in_main;
+    /* With balances_in_main: the highest seq of balance_pending main.db is
+     * known to have refreshed (its shard_balance_marks row; 0: none). Rows at
+     * or below it are done, so a commit replaces their span instead of
+     * widening it. Set by the flush, on the thread that commits. */
+    int64_t balance_mark;
 };
 
 /* The rate cards, sorted by effective_from_s; valid until the next call that
@@ -273,6 +284,17 @@ void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id);
 /* The window's rows in the order the gather returns them (start_s, then
  * id) into out (n_out of them). Errors: TALLY_NOMEM. */
 tally_err bal_cache_iv_rows(bal_cache_entry *e, tally_interval **out, size_t *cap, size_t *n_out);
+
+/* Refreshes the n accounts of t (each with its span of new usage, cause
+ * "usage") inside the caller's transaction with eng and its cache (NULL,
+ * NULL: an engine of its own), all under one savepoint; if one
+ * cannot be rated (a price missing since), they are done again one
+ * savepoint each, so that only that account keeps its previous balance (it
+ * is logged). Errors: those of a refresh that are fatal, TALLY_NOMEM,
+ * TALLY_IO. */
+struct batch_touch;
+tally_err bal_refresh_touched(tally_ledger *l, bal_engine *eng, bal_cache *cache,
+                              const struct batch_touch *t, size_t n);
 
 /* For tally verify (verify_balance.c): recomputes the account's balance as
  * of its stored updated_at with the refresh's code, from all its usage,
@@ -509,6 +531,7 @@ tally_err batch_step(tally_batch *b, sqlite3_stmt *st);
 #define SHARD_NAME_MAX    280 /* "shard-" topic(<=249) "-" partition */
 #define SHARD_MAIN_NAME   "main"
 #define SHARD_MAIN_FILE   "main.db"
+#define SHARD_FLUSH_ROWS  10000 /* balance_pending rows refreshed per flush, about */
 
 /* The statements ledger_usage_each caches per source: one slot per query
  * text (a slot must always be given the same text). */
@@ -518,6 +541,7 @@ typedef enum ledger_usage_slot {
     LEDGER_USAGE_LATE,
     LEDGER_USAGE_CHART_INTERVALS,
     LEDGER_USAGE_CHART_POINTS,
+    LEDGER_USAGE_SPAN, /* an account's first and last second of usage (balance.c) */
     LEDGER_USAGE_SLOTS
 } ledger_usage_slot;
 
@@ -583,6 +607,30 @@ tally_err ledger_usage_each(tally_ledger *l, const char *account, ledger_usage_s
  * returns its id (the previous id when nothing changed since it). For a
  * plain ledger: main's meta.usage_seq. Errors: TALLY_DB, TALLY_NOMEM. */
 tally_err ledger_usage_snapshot(tally_ledger *l, int64_t *id);
+
+/* ---- Balances of the accounts meters wrote into shards (shard_balance.c) ---- */
+
+/* Refreshes in main.db the balances the balance_pending rows of shard name
+ * ask for (those above main.db's shard_balance_marks row for it: at most
+ * about SHARD_FLUSH_ROWS, never part of one commit's rows), in one main.db
+ * write transaction that also raises the mark. Outside a transaction only.
+ * *mark is raised to main.db's mark as read first, then to the new one; *n
+ * (may be NULL) counts the accounts refreshed. main.db busy (another writer
+ * holds it past a short wait): TALLY_BUSY, nothing written, the rows stay
+ * pending. A no-op with TALLY_NO_BALANCES=1 or for a shard not found.
+ * Errors: TALLY_BUSY, TALLY_DB, TALLY_NOMEM, those of a fatal refresh. */
+tally_err ledger_shard_balances_flush(tally_ledger *main, const char *name, int64_t *mark,
+                                      int64_t *n);
+
+/* ledger_shard_balances_flush of every shard of the directory, each until
+ * nothing is pending; a busy main.db ends it quietly (the next call goes
+ * on). *n counts the accounts refreshed. A no-op for a plain ledger. */
+tally_err ledger_shard_balances_flush_all(tally_ledger *main, int64_t *n);
+
+/* Whether some shard holds a balance_pending row of account above main.db's
+ * mark for that shard, as main.db's current snapshot has it: its balance in
+ * main.db may lag its usage (for tally verify). Errors: TALLY_DB. */
+tally_err ledger_shard_balance_pending(tally_ledger *main, const char *account, bool *pending);
 
 /* Records the message of st's database in l->errmsg and maps rc as
  * ledger_sqlite_err does. */

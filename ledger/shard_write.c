@@ -14,6 +14,7 @@
 
 #include "ledger_int.h"
 #include "tally/ledger_sql.h"
+#include "tally/log.h"
 #include "tally/shard.h"
 
 #define OWNER_MAX       160
@@ -290,6 +291,42 @@ static int64_t shard_cache_kib(void)
     return v;
 }
 
+/* ---- Balances in main.db ------------------------------------------------------------ */
+
+/* Refreshes in main.db the balances the shard's commits left pending and
+ * learns main.db's mark for it (shard_balance.c). Never fails the usage,
+ * which is durable already: main.db busy is logged at info (the rows stay
+ * pending for the next flush), any other failure as a warning. */
+static tally_err shard_balances_flush(tally_shard *sh)
+{
+    if (!sh->l->balances_in_main)
+        return TALLY_OK;
+    tally_ledger *m = sh->set->main;
+    int64_t n = 0;
+    tally_err e = ledger_shard_balances_flush(m, sh->name, &sh->l->balance_mark, &n);
+    if (e == TALLY_BUSY)
+        tally_log(TALLY_LOG_INFO, "ledger", "%s: balances left pending, main.db is busy (%s)",
+                  sh->name, m->errmsg);
+    else if (e)
+        tally_log(TALLY_LOG_WARNING, "ledger", "%s: balances left pending: %s (%s)", sh->name,
+                  tally_err_str(e), m->errmsg);
+    else if (n > 0)
+        tally_log(TALLY_LOG_DEBUG, "ledger", "%s: %lld balances refreshed in main.db", sh->name,
+                  (long long)n);
+    return e;
+}
+
+tally_err tally_shard_set_balances_flush(tally_shard_set *s)
+{
+    tally_err worst = TALLY_OK;
+    for (tally_shard *sh = s ? s->head : NULL; sh; sh = sh->next) {
+        tally_err e = shard_balances_flush(sh);
+        if (e && e != TALLY_BUSY && !worst)
+            worst = e;
+    }
+    return worst;
+}
+
 /* Everything after the lock: database, owner row, fence, cards. */
 static tally_err open_locked(tally_shard *sh, char *why, size_t cap)
 {
@@ -299,7 +336,11 @@ static tally_err open_locked(tally_shard *sh, char *why, size_t cap)
         e = tally_ledger_open(path, &sh->l, why, cap);
     if (e)
         return e;
-    sh->l->no_balances = true; /* no grants here: main.db keeps the balances */
+    /* No grants here: main.db keeps the balances, and each commit records
+     * the accounts it touched for main.db to refresh (shard_balance.c);
+     * unless balances are not kept at all (TALLY_NO_BALANCES=1). */
+    sh->l->balances_in_main = !sh->l->no_balances;
+    sh->l->no_balances = true;
     snprintf(cache, sizeof cache, "PRAGMA cache_size=-%lld", (long long)shard_cache_kib());
     e = tally_ledger_exec(sh->l, cache);
     if (!e)
@@ -370,6 +411,7 @@ tally_err tally_shard_acquire(tally_shard_set *s, const char *topic, int32_t par
     sh->next = s->head;
     s->head = sh;
     *out = sh;
+    (void)shard_balances_flush(sh); /* what a previous holder left pending */
     return TALLY_OK;
 }
 

@@ -10,7 +10,8 @@
  * CPU, is what one transaction per shard costs. If a shard's commit fails,
  * the shards that committed keep their messages (their offsets say so)
  * and the consumer restarts every partition from its shard's offset as it
- * does after any failed commit. */
+ * does after any failed commit. After the commits, the prepaid balances
+ * of the accounts they touched are refreshed in main.db (balances_flush). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,20 @@ static tally_err gather(chunk *k, const part_job *jobs)
     return worst;
 }
 
+/* After the chunk's shard commits, on this thread (the only user of
+ * main.db's connection): the balances of the accounts they touched are
+ * refreshed in main.db, one transaction per shard. The usage is durable
+ * already and its pending rows in the shards make the refresh crash-safe,
+ * so a failure here never fails the chunk: the rows are refreshed by the
+ * next chunk's flush, the next acquisition, or `tally publish`'s sweep. */
+static void balances_flush(tally_consumer *c)
+{
+    tally_err e = tally_shard_set_balances_flush(c->o.shards);
+    if (e)
+        tally_log(TALLY_LOG_WARNING, "meter", "balances left pending in shards: %s",
+                  tally_err_str(e));
+}
+
 tally_err shard_chunk_commit(tally_consumer *c, chunk *k)
 {
     tally_event_result *res = malloc((k->n ? k->n : 1) * sizeof *res);
@@ -225,6 +240,7 @@ tally_err shard_chunk_commit(tally_consumer *c, chunk *k)
         job_queue q = {.jobs = jobs, .n = k->n_offs};
         run_jobs(&q);
         e = gather(k, jobs);
+        balances_flush(c);
     }
     free(jobs);
     free(res);

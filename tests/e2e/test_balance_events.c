@@ -15,15 +15,19 @@
  *     `tally ingest` of the same events gives;
  *   - SIGKILL of `tally publish` mid-drain and restarts: every expected id
  *     is read back, an id that arrives twice carries identical bytes, and
- *     the first arrivals keep each account's order.
+ *     the first arrivals keep each account's order;
+ *   - a meter over a ledger directory (usage in shards, balances in
+ *     main.db): the same crossings, once each.
  *
  * Each account has a 10.00 trial (live at TALLY_NOW), a low mark of 3.00 and
  * the default stop mark 0.00, and uses one h100 on demand in 60-second
  * events: 0.043 each, so message 163 takes it below 3.00 (charges 7.01) and
  * message 233 to -0.02 (charges 10.02); after 260 it stands at -1.18. */
 #include <json-c/json.h>
+#include <sys/stat.h>
 
 #include "meter_e2e.h"
+#include "tally/partition.h"
 
 #define PER_ACCOUNT  260
 #define LOW_AT       163
@@ -407,6 +411,38 @@ static void test_events_in_order_by_id(void **state)
     e2e_broker_stop(&b);
 }
 
+/* A ledger directory: the meter writes the usage into shards, and refreshes
+ * the balances in main.db after each chunk; the outbox holds the crossings
+ * a plain ledger gives, exactly once, and verify accepts the directory. */
+static void test_directory_meter_events(void **state)
+{
+    (void)state;
+    require_kcat();
+    fresh("balance-dir");
+    snprintf(db, sizeof db, "%s/ledger", dir);
+    assert_int_equal(mkdir(db, 0755), 0);
+    const int accounts = 3;
+    make_accounts(accounts);
+    e2e_broker b;
+    e2e_broker_start(&b, 8, logpath);
+    const char *extra[] = {"--batch-events", "40", "--batch-ms", "20", "--until-idle", "3", NULL};
+    pid_t meter = e2e_meter(db, &b, "balance-dir", logpath, extra);
+    char kv[700]; /* keyed as producers of a directory's topic must: murmur2 */
+    snprintf(kv, sizeof kv, "%s/dir.kv", dir);
+    write_stream(kv, NULL, accounts, 0, PER_ACCOUNT);
+    assert_int_equal(tu_sh(NULL,
+                           "kcat -P -l -b '%s' -t usage -K: -X partitioner=" TALLY_KAFKA_PARTITIONER
+                           " '%s' 2>&1",
+                           b.bootstrap, kv),
+                     0);
+    assert_int_equal(e2e_wait(meter, 120000), 0);
+    assert_outbox_crossings(db, accounts, 3);
+    for (int a = 0; a < accounts; a++)
+        assert_balance(a, FINAL_BAL, "exhausted");
+    assert_int_equal(tu_tally(NULL, "--db '%s' verify >>'%s' 2>&1", db, logpath), 0);
+    e2e_broker_stop(&b);
+}
+
 /* Starts a meter and SIGKILLs it once `sql` counts at least `at` (after a
  * delay of up to jitter_ms); returns that count after the kill. */
 static long meter_kill_when(const e2e_broker *b, const char *sql, long at, int64_t jitter_ms,
@@ -594,6 +630,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_events_in_order_by_id, e2e_teardown),
+        cmocka_unit_test_teardown(test_directory_meter_events, e2e_teardown),
         cmocka_unit_test_teardown(test_meter_kill9_crossings_once, e2e_teardown),
         cmocka_unit_test_teardown(test_publish_kill9_announced_once, e2e_teardown),
     };

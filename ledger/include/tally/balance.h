@@ -24,10 +24,21 @@
  * Each event's id is "<type>:<account>:<n>", n counting the account's
  * balance events from 1, so an id names one crossing forever.
  *
- * On a ledger directory, meters write usage into shards that hold no grants:
- * balances there are refreshed by the writers of main.db (HTTP and file
- * ingest, grants, limits, invoice runs) and by reads that find them due, not
- * by the meters' shard commits (README, "Prepaid balances"). */
+ * On a ledger directory, balances live in main.db; meters write usage into
+ * shards that hold no grants. A meter's shard commit records each account
+ * it touched in the shard's balance_pending, in the usage's transaction, and
+ * right after the chunk's shard commits the meter refreshes those accounts
+ * in main.db, one main.db transaction per shard per chunk, which also
+ * raises main.db's mark for the shard (tally_shard_set_balances_flush,
+ * ledger/shard_balance.c). The pending rows make it crash-safe: a row above
+ * the mark is a refresh not done yet, and doing one twice announces nothing
+ * twice. So a balance lags its usage by one chunk; longer while another
+ * writer holds main.db (the flush then waits 100 ms at most and leaves the
+ * rows pending); it is caught up by the next chunk's flush, the next
+ * acquisition of the shard, or tally_balance_sweep (`tally publish`, every
+ * 5 s). The writers of main.db (HTTP and file ingest, grants, limits,
+ * invoice runs) refresh in their own transactions as on a plain ledger
+ * (README, "Prepaid balances"). */
 #ifndef TALLY_BALANCE_H
 #define TALLY_BALANCE_H
 
@@ -111,7 +122,11 @@ TALLY_MUST_CHECK tally_err tally_balance_json(const tally_balance *b, tally_buf 
 
 /* Refreshes every account whose next check (a grant expiring, a release
  * grace ending, a commitment's next period starting) is at or before
- * now_s, each in its own transaction; *n counts them. Errors: TALLY_DB and those of a refresh. */
+ * now_s, each in its own transaction; on a ledger directory also the
+ * accounts that meters' shard commits left pending (one main.db transaction
+ * per shard; skipped quietly while another writer holds main.db). *n counts
+ * them. Call it outside a transaction. Errors: TALLY_DB and those of a
+ * refresh. */
 TALLY_MUST_CHECK tally_err tally_balance_sweep(tally_ledger *l, int64_t now_s, int64_t *n);
 
 /* Refreshes every account, each in its own transaction (`tally balance

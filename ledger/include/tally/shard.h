@@ -69,7 +69,9 @@ void tally_shard_set_destroy(tally_shard_set *s);
 /* Takes the shard of (topic, partition), on one thread at a time (it uses
  * main.db's connection): the lock (retrying every 50 ms for
  * up to wait_ms; 0: one try), then the shard database (created if new), a new
- * owner row and the fence, and the rate cards of main.db. If this set holds
+ * owner row and the fence, and the rate cards of main.db; then it refreshes
+ * in main.db the balances that an earlier holder's commits left pending (as
+ * tally_shard_set_balances_flush; a failure there is logged, not returned). If this set holds
  * the shard already, *out is that shard. topic must be a Kafka topic name
  * (1..249 of [A-Za-z0-9._-]). On error *out is NULL and why says why.
  * Errors: TALLY_BUSY (another process holds the lock), TALLY_INVAL,
@@ -107,6 +109,19 @@ void tally_shard_batch_drop(tally_shard *sh);
  * It uses the set's main.db connection: call it from one thread at a time,
  * while nothing else uses main. Errors: TALLY_DB, TALLY_BUSY. */
 TALLY_MUST_CHECK tally_err tally_shard_prepare(tally_shard *sh);
+
+/* Refreshes in main.db the prepaid balances of the accounts that the held
+ * shards' commits touched since the last flush (include/tally/balance.h):
+ * per shard, one main.db write transaction for what its balance_pending
+ * rows ask (about 10,000 accounts at most; the rest on the next call). Call
+ * it after each round of commits, on the thread that uses main (it uses
+ * main.db's connection, and each shard's ledger, which no commit may be
+ * using meanwhile). It never undoes usage. When another writer holds
+ * main.db past a short wait (100 ms), the rows stay pending, it is logged,
+ * and the call answers TALLY_OK: the next flush, the next acquisition of
+ * the shard or `tally publish`'s sweep takes them. Errors (logged, rows
+ * pending): TALLY_DB, TALLY_NOMEM, those of a refresh that are fatal. */
+TALLY_MUST_CHECK tally_err tally_shard_set_balances_flush(tally_shard_set *s);
 
 /* The epoch of the shard's current owner row (1, 2, ...). */
 int64_t tally_shard_epoch(const tally_shard *sh);
