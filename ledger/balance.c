@@ -1113,6 +1113,25 @@ void bal_engine_use_cache(bal_engine *b, bal_cache *c)
     b->cache = c;
 }
 
+tally_err bal_refresh_created(bal_engine *b, const tally_account *acct, int64_t lo_s, int64_t hi_s)
+{
+    if (!b->cache || bal_cache_find(b->cache, acct->id))
+        return bal_refresh(b, acct->id, lo_s, hi_s, "usage");
+    bal_cache_entry *ce;
+    tally_err e = bal_cache_add(b->cache, acct, &ce);
+    if (e)
+        return e;
+    /* what the queries of cache_entry and the first refresh would find */
+    ce->lim = (tally_limits){.release_after_s = TALLY_BALANCE_RELEASE_DEFAULT};
+    ce->periods_ok = true;
+    bal_calc c;
+    bal_stored s = {0};
+    b->now_s = tally_now_s();
+    b->ce = ce;
+    e = compute(b, acct->id, lo_s, hi_s, false, &c);
+    return e ? e : settle(b, &c, s, "usage");
+}
+
 tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
                       const char *cause)
 {

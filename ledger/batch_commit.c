@@ -174,12 +174,14 @@ static tally_err known_grow(tally_batch *b)
 
 /* Creates accounts on first sight; remembers which exist so that the ledger
  * is asked once per account, not once per event. */
-static tally_err ensure_account(tally_batch *b, const char *account, uint64_t hash)
+static tally_err ensure_account(tally_batch *b, const char *account, uint64_t hash,
+                                tally_account *created)
 {
     acct_probe p = {b, account};
+    created->id[0] = '\0';
     if (idx_table_find(&b->known_accounts, hash, acct_eq, &p) >= 0)
         return TALLY_OK;
-    tally_err e = ledger_account_ensure(b->l, account);
+    tally_err e = ledger_account_ensure(b->l, account, created);
     if (e == TALLY_OK)
         e = known_grow(b);
     if (e != TALLY_OK)
@@ -217,8 +219,10 @@ static tally_err touch_grow(tally_batch *b)
 }
 
 /* Remembers that ev's account got new usage, and when. */
-/* hash: of the account, as ensure_account has it (seed 1). */
-static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash)
+/* hash: of the account, as ensure_account has it (seed 1); created: the
+ * account if this event's ensure_account created it (id "" otherwise). */
+static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash,
+                       const tally_account *created)
 {
     if (b->l->no_balances && !b->l->balances_in_main)
         return TALLY_OK;
@@ -246,6 +250,9 @@ static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash)
     snprintf(t->account, sizeof t->account, "%s", ev->account);
     t->lo_s = lo;
     t->hi_s = hi;
+    t->created = created->id[0] != '\0';
+    if (t->created)
+        t->acct = *created;
     idx_table_insert(&b->touch_index, hash, (uint32_t)b->n_touched++);
     return TALLY_OK;
 }
@@ -339,7 +346,8 @@ tally_err bal_refresh_touched(tally_ledger *l, bal_engine *eng, bal_cache *cache
     }
     size_t i = 0;
     for (; e == TALLY_OK && i < n; i++)
-        e = bal_refresh(eng, t[i].account, t[i].lo_s, t[i].hi_s, "usage");
+        e = t[i].created ? bal_refresh_created(eng, &t[i].acct, t[i].lo_s, t[i].hi_s)
+                         : bal_refresh(eng, t[i].account, t[i].lo_s, t[i].hi_s, "usage");
     if (refresh_recoverable(e)) {
         /* the rollback undoes what the cache recorded: from the ledger alone */
         bal_cache_clear(cache);
@@ -432,7 +440,8 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
     char detail[160], when[32];
     uint64_t h[2]; /* one hash of the account for both indexes */
     tally_hash128(ev->account, strlen(ev->account), 1, h);
-    tally_err e = ensure_account(b, ev->account, h[0]);
+    tally_account created;
+    tally_err e = ensure_account(b, ev->account, h[0], &created);
     if (e != TALLY_OK)
         return e;
     if (ev->meter == TALLY_METER_ACCELERATOR || ev->meter == TALLY_METER_STORAGE)
@@ -442,7 +451,7 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
     if (e == TALLY_OK)
         ledger_chain_count(b, ev);
     if (e == TALLY_OK)
-        e = touch(b, ev, h[0]);
+        e = touch(b, ev, h[0], &created);
     if (e != TALLY_OVERFLOW)
         return e;
     /* Ten maximal traffic events in one second do not fit: quarantined,

@@ -180,10 +180,13 @@ static tally_err has_invoices(tally_ledger *l, const char *id, bool *yes)
 
 /* Inside a transaction: creates the account if missing, with the newest
  * card's currency (or fallback_currency when no card is loaded) and UTC. */
-static tally_err account_ensure(tally_ledger *l, const char *id, const char *fallback_currency)
+static tally_err account_ensure(tally_ledger *l, const char *id, const char *fallback_currency,
+                                tally_account *created)
 {
     tally_account a;
     bool found;
+    if (created)
+        created->id[0] = '\0';
     if (!valid_account_id(id))
         return failf(l, TALLY_INVAL, "bad account id \"%.63s\"", id ? id : "");
     tally_err e = account_read(l, id, &a, &found);
@@ -194,12 +197,14 @@ static tally_err account_ensure(tally_ledger *l, const char *id, const char *fal
     e = default_currency(l, fallback_currency, a.currency);
     if (e == TALLY_OK)
         e = account_write(l, &a, false);
+    if (e == TALLY_OK && created)
+        *created = a;
     return e;
 }
 
-tally_err ledger_account_ensure(tally_ledger *l, const char *account)
+tally_err ledger_account_ensure(tally_ledger *l, const char *account, tally_account *created)
 {
-    return account_ensure(l, account, NULL);
+    return account_ensure(l, account, NULL, created);
 }
 
 static tally_err check_account_args(tally_ledger *l, const char *id, const char *currency,
@@ -393,7 +398,7 @@ tally_err tally_ledger_commit_add(tally_ledger *l, const char *account, const ch
         return e;
     e = check_reserved(l, sku, from_s, to_s);
     if (e == TALLY_OK)
-        e = account_ensure(l, account, NULL);
+        e = account_ensure(l, account, NULL, NULL);
     if (e == TALLY_OK)
         e = insert_commitment(l, account, sku, cards, from_s, to_s, id_out);
     if (e == TALLY_OK)
@@ -510,7 +515,7 @@ tally_err tally_ledger_grant_add(tally_ledger *l, const tally_grant_spec *g, int
     tally_err e = check_grant(l, g, why, cap);
     if (e != TALLY_OK || (e = ledger_begin(l)) != TALLY_OK)
         return e;
-    e = account_ensure(l, g->account, g->currency);
+    e = account_ensure(l, g->account, g->currency, NULL);
     if (e == TALLY_OK)
         e = account_read(l, g->account, &a, &found);
     if (e == TALLY_OK && g->currency && strcmp(g->currency, a.currency) != 0)

@@ -101,9 +101,10 @@ tally_err ledger_commit(tally_ledger *l);
 void ledger_rollback(tally_ledger *l);
 
 /* Ensures the account exists (created with the newest card's currency and
- * UTC). Errors: TALLY_UNKNOWN_CURRENCY (new account, no rate card loaded),
- * TALLY_DB. */
-tally_err ledger_account_ensure(tally_ledger *l, const char *account);
+ * UTC); if created is not NULL, it is the new account, or has an empty id
+ * when the account existed. Errors: TALLY_UNKNOWN_CURRENCY (new account, no
+ * rate card loaded), TALLY_DB. */
+tally_err ledger_account_ensure(tally_ledger *l, const char *account, tally_account *created);
 
 /* Appends one balanced entry of postings. Each posting is (ledger account,
  * signed amount: positive = debit, negative = credit). Atomic on its own (a
@@ -186,6 +187,11 @@ tally_err bal_refresh(bal_engine *b, const char *account, int64_t lo_s, int64_t 
 /* Makes b's refreshes read what c holds and keep it up to date (NULL: read
  * everything from the ledger). */
 void bal_engine_use_cache(bal_engine *b, bal_cache *c);
+
+/* bal_refresh of an account the caller's transaction just created (acct),
+ * whose only usage is [lo_s, hi_s]: with a cache, nothing but its usage is
+ * read (it has no balance, limits, grants, commitments or invoices yet). */
+tally_err bal_refresh_created(bal_engine *b, const tally_account *acct, int64_t lo_s, int64_t hi_s);
 
 /* bal_refresh with an engine of its own, for writes that touch one account;
  * a no-op on a shard. */
@@ -484,6 +490,10 @@ struct tally_batch {
 typedef struct batch_touch {
     char account[TALLY_NAME_MAX];
     int64_t lo_s, hi_s; /* the first and last second of its new usage */
+    /* The account was created by this commit (its only usage is this
+     * commit's; it has no balance, limits, grants or invoices yet). */
+    bool created;
+    tally_account acct; /* when created */
 } batch_touch;
 
 /* ---- Aggregation (batch_agg.c); called inside the commit's transaction ---- */

@@ -99,6 +99,7 @@ static tally_err pending_add(pending_rows *p, sqlite3_stmt *st)
     snprintf(t->account, sizeof t->account, "%s", a ? a : "");
     t->lo_s = sqlite3_column_int64(st, 1);
     t->hi_s = sqlite3_column_int64(st, 2);
+    t->created = false; /* main.db may know it from before: read everything */
     p->max_seq = sqlite3_column_int64(st, 3);
     return TALLY_OK;
 }

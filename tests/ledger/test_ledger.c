@@ -177,10 +177,16 @@ static void test_accounts(void **state)
     assert_int_equal(tally_ledger_account_set(l, "beta", NULL, NULL, NULL), TALLY_OK);
     assert_int_equal(tally_ledger_account_get(l, "beta", &a), TALLY_OK);
     assert_string_equal(a.currency, "CNY");
-    assert_int_equal(ledger_account_ensure(l, "gamma"), TALLY_OK);
+    tally_account made;
+    assert_int_equal(ledger_account_ensure(l, "gamma", &made), TALLY_OK);
+    assert_string_equal(made.id, "gamma");
     assert_int_equal(tally_ledger_account_get(l, "gamma", &a), TALLY_OK);
     assert_string_equal(a.currency, "CNY");
     assert_string_equal(a.timezone, "UTC");
+    assert_string_equal(made.currency, a.currency);
+    assert_string_equal(made.timezone, a.timezone);
+    assert_int_equal(ledger_account_ensure(l, "gamma", &made), TALLY_OK);
+    assert_string_equal(made.id, ""); /* it existed */
 
     /* Once invoiced, the currency is fixed. */
     assert_int_equal(tally_ledger_exec(l, "INSERT INTO invoices(seq, id, doc_type, year, number, "
