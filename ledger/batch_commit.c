@@ -402,6 +402,8 @@ static tally_err record_pending(tally_batch *b)
         sqlite3_bind_int64(st, 5, b->l->balance_mark);
         e = ledger_cached_done(b->l, st, sqlite3_step(st));
     }
+    if (e == TALLY_OK && seq > b->l->balance_pending_seq)
+        b->l->balance_pending_seq = seq; /* if the commit fails, a flush reads for nothing */
     return e;
 }
 

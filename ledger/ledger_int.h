@@ -57,6 +57,9 @@ struct tally_ledger {
      * or below it are done, so a commit replaces their span instead of
      * widening it. Set by the flush, on the thread that commits. */
     int64_t balance_mark;
+    /* The highest usage_seq this connection wrote into balance_pending: a
+     * flush with it at or below the mark has nothing to read. */
+    int64_t balance_pending_seq;
 };
 
 /* The rate cards, sorted by effective_from_s; valid until the next call that

@@ -294,13 +294,18 @@ static int64_t shard_cache_kib(void)
 /* ---- Balances in main.db ------------------------------------------------------------ */
 
 /* Refreshes in main.db the balances the shard's commits left pending and
- * learns main.db's mark for it (shard_balance.c). Never fails the usage,
+ * learns main.db's mark for it (shard_balance.c): with all, whatever is
+ * there (at acquisition: a previous holder's rows); else only when this
+ * holder wrote rows above the mark, so a chunk's flush of the shards it did
+ * not touch costs no query. Never fails the usage,
  * which is durable already: main.db busy is logged at info (the rows stay
  * pending for the next flush), any other failure as a warning. */
-static tally_err shard_balances_flush(tally_shard *sh)
+static tally_err shard_balances_flush(tally_shard *sh, bool all)
 {
     if (!sh->l->balances_in_main)
         return TALLY_OK;
+    if (!all && sh->l->balance_pending_seq <= sh->l->balance_mark)
+        return TALLY_OK; /* this holder's commits are all refreshed: no query */
     tally_ledger *m = sh->set->main;
     int64_t n = 0;
     tally_err e = ledger_shard_balances_flush(m, sh->name, &sh->l->balance_mark, &n);
@@ -320,7 +325,7 @@ tally_err tally_shard_set_balances_flush(tally_shard_set *s)
 {
     tally_err worst = TALLY_OK;
     for (tally_shard *sh = s ? s->head : NULL; sh; sh = sh->next) {
-        tally_err e = shard_balances_flush(sh);
+        tally_err e = shard_balances_flush(sh, false);
         if (e && e != TALLY_BUSY && !worst)
             worst = e;
     }
@@ -411,7 +416,7 @@ tally_err tally_shard_acquire(tally_shard_set *s, const char *topic, int32_t par
     sh->next = s->head;
     s->head = sh;
     *out = sh;
-    (void)shard_balances_flush(sh); /* what a previous holder left pending */
+    (void)shard_balances_flush(sh, true); /* what a previous holder left pending */
     return TALLY_OK;
 }
 
