@@ -141,30 +141,11 @@ static void commit_keep(fx *f)
 
 /* ---- Reading back ------------------------------------------------------------- */
 
-static int64_t num(const char *s)
-{
-    return s ? strtoll(s, NULL, 10) : 0;
-}
-
-static tally_err one_value(void *ctx, int n, const char *const *c)
-{
-    (void)n;
-    *(int64_t *)ctx = c[0] ? num(c[0]) : INT64_MIN;
-    return TALLY_OK;
-}
-
-/* The first column of the first row of sql (INT64_MIN for NULL, -1 for no row). */
 static int64_t query1(fx *f, const char *sql, const char *param)
 {
-    int64_t v = -1;
-    const char *params[] = {param};
-    tally_err e = tally_ledger_query(f->l, sql, params, param ? 1 : 0, one_value, &v);
-    if (e)
-        fail_msg("%s: %s", sql, tally_ledger_errmsg(f->l));
-    return v;
+    return tu_query_int(f->l, sql, param);
 }
 
-/* The running period's subtotal, or -1 when the account has none for it. */
 static int64_t running(fx *f, const char *account, const char *period)
 {
     char sql[256];

@@ -146,37 +146,22 @@ static void fx_close(fx *f)
 
 static tally_shard *take(fx *f, int32_t p)
 {
-    tally_shard *sh = NULL;
-    char why[512] = "";
-    tally_err e = tally_shard_acquire(f->s, TOPIC, p, 0, &sh, why, sizeof why);
-    if (e)
-        fail_msg("acquire %d: %s: %s", (int)p, tally_err_name(e), why);
-    return sh;
+    return tu_shard_take(f->s, TOPIC, p);
 }
 
-static tally_err one_col(void *ctx, int ncols, const char *const *cols)
+static int64_t value(tally_ledger *l, const char *sql)
 {
-    (void)ncols;
-    *(long *)ctx = cols[0] ? strtol(cols[0], NULL, 10) : -1;
-    return TALLY_OK;
-}
-
-static long value(tally_ledger *l, const char *sql)
-{
-    long v = -1;
-    if (tally_ledger_query(l, sql, NULL, 0, one_col, &v) != TALLY_OK)
-        fail_msg("%s: %s", sql, tally_ledger_errmsg(l));
-    return v;
+    return tu_query_int(l, sql, NULL);
 }
 
 /* A plain ledger file's one value (a shard file, read as a ledger). */
-static long file_value(const char *path, const char *sql)
+static int64_t file_value(const char *path, const char *sql)
 {
     tally_ledger *l = NULL;
     char why[256] = "";
     if (tally_ledger_open(path, &l, why, sizeof why) != TALLY_OK)
         fail_msg("open %s: %s", path, why);
-    long v = value(l, sql);
+    int64_t v = value(l, sql);
     tally_ledger_close(l);
     return v;
 }
@@ -514,8 +499,9 @@ static void test_usage_during_run(void **state)
      * in the plain ledger. */
     run_period(f.l, f.key, "2026-04");
     run_period(plain, f.key, "2026-03");
-    long billed = value(f.l, "SELECT sum(subtotal_minor) FROM invoices WHERE account = 'acct-01'");
-    long want = value(plain, "SELECT subtotal_minor FROM invoices WHERE account = 'acct-01'");
+    int64_t billed =
+        value(f.l, "SELECT sum(subtotal_minor) FROM invoices WHERE account = 'acct-01'");
+    int64_t want = value(plain, "SELECT subtotal_minor FROM invoices WHERE account = 'acct-01'");
     assert_true(want > 0);
     assert_int_equal(billed, want);
     assert_int_equal(value(f.l, "SELECT count(*) FROM invoices WHERE account = 'acct-01' AND "

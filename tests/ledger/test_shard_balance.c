@@ -121,28 +121,13 @@ static void fx_close(fx *f)
 
 static tally_shard *take(fx *f, int32_t p)
 {
-    tally_shard *sh = NULL;
-    char why[512] = "";
-    tally_err e = tally_shard_acquire(f->s, TOPIC, p, 0, &sh, why, sizeof why);
-    if (e)
-        fail_msg("acquire %d: %s: %s", (int)p, tally_err_name(e), why);
-    return sh;
-}
-
-static tally_err one_col(void *ctx, int ncols, const char *const *cols)
-{
-    (void)ncols;
-    *(int64_t *)ctx = cols[0] ? strtoll(cols[0], NULL, 10) : INT64_MIN;
-    return TALLY_OK;
+    return tu_shard_take(f->s, TOPIC, p);
 }
 
 /* The first column of sql's first row (-1: no row, INT64_MIN: NULL). */
 static int64_t value(tally_ledger *l, const char *sql)
 {
-    int64_t v = -1;
-    if (tally_ledger_query(l, sql, NULL, 0, one_col, &v) != TALLY_OK)
-        fail_msg("%s: %s", sql, tally_ledger_errmsg(l));
-    return v;
+    return tu_query_int(l, sql, NULL);
 }
 
 static int64_t n_events(fx *f, const char *type)

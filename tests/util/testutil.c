@@ -143,3 +143,30 @@ void tu_assert_conservation_path(const char *db_path)
     tu_assert_conservation(l);
     tally_ledger_close(l);
 }
+
+static tally_err first_int(void *ctx, int ncols, const char *const *cols)
+{
+    int64_t *v = ctx;
+    if (*v == -1 && ncols > 0) /* the first row only */
+        *v = cols[0] ? strtoll(cols[0], NULL, 10) : INT64_MIN;
+    return TALLY_OK;
+}
+
+int64_t tu_query_int(tally_ledger *l, const char *sql, const char *param)
+{
+    int64_t v = -1;
+    const char *params[] = {param};
+    if (tally_ledger_query(l, sql, params, param ? 1 : 0, first_int, &v) != TALLY_OK)
+        fail_msg("%s: %s", sql, tally_ledger_errmsg(l));
+    return v;
+}
+
+tally_shard *tu_shard_take(tally_shard_set *s, const char *topic, int32_t p)
+{
+    tally_shard *sh = NULL;
+    char why[512] = "";
+    tally_err e = tally_shard_acquire(s, topic, p, 0, &sh, why, sizeof why);
+    if (e)
+        fail_msg("acquire %d: %s: %s", (int)p, tally_err_name(e), why);
+    return sh;
+}

@@ -14,6 +14,7 @@
 
 #include "tally/buf.h"
 #include "tally/ledger.h"
+#include "tally/shard.h"
 
 /* A fresh, empty directory under $TALLY_TEST_TMP (or /tmp) named after tag;
  * the path is static storage valid until the next call. */
@@ -46,6 +47,15 @@ bool tu_in_ci(void);
             skip();                                                                                \
         }                                                                                          \
     } while (0)
+
+/* The first column of sql's first row as an integer (INT64_MIN for NULL,
+ * -1 for no row), with param bound to ?1 when not NULL; fails the test on
+ * an error. */
+int64_t tu_query_int(tally_ledger *l, const char *sql, const char *param);
+
+/* Takes the shard of (topic, p) into s at once (no wait), failing the test
+ * if it cannot. */
+tally_shard *tu_shard_take(tally_shard_set *s, const char *topic, int32_t p);
 
 /* Reads a whole file into out. Returns 0 on success. */
 int tu_read_file(const char *path, tally_buf *out);
