@@ -816,12 +816,12 @@ static tally_err transition(bal_event_ctx *x)
 
 /* The balance row: updated in place when it exists, else inserted. The
  * common update leaves the indexed columns (state, next check) out, so
- * SQLite does not rewrite their index entries. */
+ * SQLite does not rewrite their index entries (?8 and ?11 are bound to it
+ * all the same, and unused). */
 static const char bal_update_figures[] =
     "UPDATE account_balances SET currency = ?2, running_minor = ?3, covered_minor = ?4, "
     "credits_minor = ?5, balance_minor = ?6, burn_minor = ?7, exhausted_since_s = ?9, "
-    "released = ?10, event_seq = ?12, updated_at = ?13 WHERE account = ?1"; /* ?8 and ?11 bound,
-                                                                               unused */
+    "released = ?10, event_seq = ?12, updated_at = ?13 WHERE account = ?1";
 static const char bal_update_all[] =
     "UPDATE account_balances SET currency = ?2, running_minor = ?3, covered_minor = ?4, "
     "credits_minor = ?5, balance_minor = ?6, burn_minor = ?7, state = ?8, "
