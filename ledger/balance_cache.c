@@ -14,8 +14,8 @@
 
 struct bal_cache {
     bal_cache_entry *v;
-    size_t n;
-    size_t rows; /* interval rows held by all entries */
+    size_t n, cap; /* cap doubles from 64 up to BAL_CACHE_ACCOUNTS */
+    size_t rows;   /* interval rows held by all entries */
     idx_table index;
 };
 
@@ -85,16 +85,35 @@ bal_cache_entry *bal_cache_find(bal_cache *c, const char *account)
     return i >= 0 ? &c->v[i] : NULL;
 }
 
+/* Room for one more entry: the array doubles (a batch that refreshes one
+ * account, as an HTTP request's does, allocates little), and at
+ * BAL_CACHE_ACCOUNTS the cache starts again, empty. */
+static tally_err entry_room(bal_cache *c)
+{
+    if (c->n == BAL_CACHE_ACCOUNTS)
+        bal_cache_clear(c);
+    if (c->n < c->cap)
+        return TALLY_OK;
+    size_t nc = c->cap ? c->cap * 2 : 64;
+    bal_cache_entry *v = realloc(c->v, nc * sizeof *v);
+    if (!v)
+        return TALLY_NOMEM;
+    c->v = v;
+    c->cap = nc;
+    tally_err e = idx_table_reserve(&c->index, nc); /* emptied: the entries go back in */
+    for (size_t i = 0; e == TALLY_OK && i < c->n; i++)
+        idx_table_insert(&c->index, account_hash(v[i].acct.id), (uint32_t)i);
+    return e;
+}
+
 tally_err bal_cache_add(bal_cache *c, const tally_account *acct, bal_cache_entry **out)
 {
     *out = NULL;
-    if (!c->v) {
-        c->v = calloc(BAL_CACHE_ACCOUNTS, sizeof *c->v);
-        if (!c->v || idx_table_reserve(&c->index, BAL_CACHE_ACCOUNTS) != TALLY_OK)
-            return TALLY_NOMEM;
+    tally_err err = entry_room(c);
+    if (err != TALLY_OK) {
+        bal_cache_clear(c); /* the index may be half rebuilt */
+        return err;
     }
-    if (c->n == BAL_CACHE_ACCOUNTS)
-        bal_cache_clear(c);
     bal_cache_entry *e = &c->v[c->n];
     memset(e, 0, sizeof *e);
     e->acct = *acct;
