@@ -357,6 +357,60 @@ static void test_documents(void **state)
            "invoice INV-2026-000002: stored document is not in signed form");
 }
 
+/* Doc seq 1 carries the signature of doc seq 2, in its row and in the
+ * document: well formed, its hash intact, but not its signature. */
+#define SWAP_SIGNATURE_1                                                                           \
+    "UPDATE invoices SET doc = CAST(replace(CAST(doc AS TEXT), signature, (SELECT signature "      \
+    "FROM invoices WHERE seq = 2)) AS BLOB), signature = (SELECT signature FROM invoices "         \
+    "WHERE seq = 2) WHERE seq = 1;"
+
+/* Signatures are verified in batches on every core (ledger/verify_sigs.c)
+ * while the rest of each document is checked in order: the failure named
+ * is still the first in ledger order, and for one document a bad
+ * signature comes before a bad total, in batches of 1, 2 and the default. */
+static void test_failure_order(void **state)
+{
+    (void)state;
+    static const char *const batches[] = {"1", "2", NULL};
+    for (int b = 0; b < 3; b++) {
+        if (batches[b])
+            setenv("TALLY_VERIFY_SIG_BATCH", batches[b], 1);
+        else
+            unsetenv("TALLY_VERIFY_SIG_BATCH");
+        expect(build(V_GOOD), key, TALLY_OK, "3 documents chained and signed");
+
+        tally_ledger *l = build(V_GOOD); /* signature of 1 bad, total of 2 bad */
+        exec_ok(l, DROP_INVOICE_TRIGGERS SWAP_SIGNATURE_1
+                "UPDATE invoices SET amount_due_minor = 1 WHERE seq = 2;" RESTORE_INVOICE_TRIGGERS);
+        expect(l, key, TALLY_TAMPERED,
+               "invoice INV-2026-000001: signature does not verify");
+
+        l = build(V_GOOD); /* total of 1 bad, signature of 2 bad */
+        exec_ok(l, DROP_INVOICE_TRIGGERS
+                "UPDATE invoices SET amount_due_minor = 1 WHERE seq = 1;"
+                "UPDATE invoices SET doc = CAST(replace(CAST(doc AS TEXT), signature, (SELECT "
+                "signature FROM invoices WHERE seq = 3)) AS BLOB), signature = (SELECT signature "
+                "FROM invoices WHERE seq = 3) WHERE seq = 2;" RESTORE_INVOICE_TRIGGERS);
+        expect(l, key, TALLY_TAMPERED,
+               "invoice INV-2026-000001: totals in its row differ from the signed document");
+
+        l = build(V_GOOD); /* both wrong in 1: the signature is named */
+        exec_ok(l, DROP_INVOICE_TRIGGERS SWAP_SIGNATURE_1
+                "UPDATE invoices SET amount_due_minor = 1 WHERE seq = 1;" RESTORE_INVOICE_TRIGGERS);
+        expect(l, key, TALLY_TAMPERED,
+               "invoice INV-2026-000001: signature does not verify");
+
+        l = build(V_GOOD); /* only the last one's signature: found at the end */
+        exec_ok(l, DROP_INVOICE_TRIGGERS
+                "UPDATE invoices SET doc = CAST(replace(CAST(doc AS TEXT), signature, (SELECT "
+                "signature FROM invoices WHERE seq = 1)) AS BLOB), signature = (SELECT signature "
+                "FROM invoices WHERE seq = 1) WHERE seq = 3;" RESTORE_INVOICE_TRIGGERS);
+        expect(l, key, TALLY_TAMPERED,
+               "credit note CN-2026-000001: signature does not verify");
+    }
+    unsetenv("TALLY_VERIFY_SIG_BATCH");
+}
+
 static void test_chain_and_sums(void **state)
 {
     (void)state;
@@ -399,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_key_problems),   cmocka_unit_test(test_triggers),
         cmocka_unit_test(test_double_entry),   cmocka_unit_test(test_documents),
         cmocka_unit_test(test_chain_and_sums), cmocka_unit_test(test_numbering),
+        cmocka_unit_test(test_failure_order),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
