@@ -382,8 +382,7 @@ static void test_failure_order(void **state)
         tally_ledger *l = build(V_GOOD); /* signature of 1 bad, total of 2 bad */
         exec_ok(l, DROP_INVOICE_TRIGGERS SWAP_SIGNATURE_1
                 "UPDATE invoices SET amount_due_minor = 1 WHERE seq = 2;" RESTORE_INVOICE_TRIGGERS);
-        expect(l, key, TALLY_TAMPERED,
-               "invoice INV-2026-000001: signature does not verify");
+        expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000001: signature does not verify");
 
         l = build(V_GOOD); /* total of 1 bad, signature of 2 bad */
         exec_ok(l, DROP_INVOICE_TRIGGERS
@@ -397,16 +396,14 @@ static void test_failure_order(void **state)
         l = build(V_GOOD); /* both wrong in 1: the signature is named */
         exec_ok(l, DROP_INVOICE_TRIGGERS SWAP_SIGNATURE_1
                 "UPDATE invoices SET amount_due_minor = 1 WHERE seq = 1;" RESTORE_INVOICE_TRIGGERS);
-        expect(l, key, TALLY_TAMPERED,
-               "invoice INV-2026-000001: signature does not verify");
+        expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000001: signature does not verify");
 
         l = build(V_GOOD); /* only the last one's signature: found at the end */
         exec_ok(l, DROP_INVOICE_TRIGGERS
                 "UPDATE invoices SET doc = CAST(replace(CAST(doc AS TEXT), signature, (SELECT "
                 "signature FROM invoices WHERE seq = 1)) AS BLOB), signature = (SELECT signature "
                 "FROM invoices WHERE seq = 1) WHERE seq = 3;" RESTORE_INVOICE_TRIGGERS);
-        expect(l, key, TALLY_TAMPERED,
-               "credit note CN-2026-000001: signature does not verify");
+        expect(l, key, TALLY_TAMPERED, "credit note CN-2026-000001: signature does not verify");
     }
     unsetenv("TALLY_VERIFY_SIG_BATCH");
 }
