@@ -14,17 +14,17 @@
  * content (the order of the checks without the queue). So a failing check
  * first verifies what is queued (documents up to and including it), and
  * the earliest failure wins. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ledger_int.h"
+#include "tally/parallel.h"
 #include "tally/sign.h"
 
 #define VSIG_BATCH   1024
-#define VSIG_THREADS 8
+#define VSIG_THREADS 8 /* <= TALLY_PARALLEL_MAX */
 
 typedef struct vsig_job { /* queued in ledger order */
     bool credit_note;
@@ -39,9 +39,6 @@ struct vsig_queue {
     size_t n, batch;
     size_t n_threads;
     tally_keyring *keys[VSIG_THREADS]; /* one per thread; [0] is the caller's */
-    /* while a batch runs */
-    pthread_mutex_t mu;
-    size_t next;
 };
 
 static size_t cores(void)
@@ -56,7 +53,6 @@ void vsig_destroy(vsig_queue *q)
         return;
     for (size_t i = 1; i < q->n_threads; i++) /* keys[0] is the caller's */
         tally_keyring_destroy(q->keys[i]);
-    pthread_mutex_destroy(&q->mu);
     free(q->jobs);
     free(q);
 }
@@ -68,8 +64,7 @@ tally_err vsig_create(const char *key_path, tally_keyring *keys, vsig_queue **ou
     if (!q)
         return TALLY_NOMEM;
     q->jobs = malloc(VSIG_BATCH * sizeof *q->jobs);
-    if (!q->jobs || pthread_mutex_init(&q->mu, NULL) != 0) {
-        free(q->jobs);
+    if (!q->jobs) {
         free(q);
         return TALLY_NOMEM;
     }
@@ -89,43 +84,11 @@ tally_err vsig_create(const char *key_path, tally_keyring *keys, vsig_queue **ou
     return TALLY_OK;
 }
 
-typedef struct vsig_worker {
-    vsig_queue *q;
-    const tally_keyring *keys;
-} vsig_worker;
-
-static void *run_jobs(void *arg)
+static void verify_one(void *ctx, size_t worker, size_t i)
 {
-    vsig_worker *w = arg;
-    vsig_queue *q = w->q;
-    for (;;) {
-        pthread_mutex_lock(&q->mu);
-        size_t i = q->next++;
-        pthread_mutex_unlock(&q->mu);
-        if (i >= q->n)
-            return NULL;
-        vsig_job *j = &q->jobs[i];
-        j->result = tally_keyring_verify(w->keys, j->key_id, j->hash, j->sig);
-    }
-}
-
-/* Verifies every queued signature, on the queue's threads. */
-static void run_batch(vsig_queue *q)
-{
-    pthread_t th[VSIG_THREADS];
-    vsig_worker w[VSIG_THREADS];
-    size_t started = 0;
-    q->next = 0;
-    for (size_t i = 1; i < q->n_threads && i < q->n; i++) {
-        w[i] = (vsig_worker){q, q->keys[i]};
-        if (pthread_create(&th[i], NULL, run_jobs, &w[i]) != 0)
-            break;
-        started = i;
-    }
-    w[0] = (vsig_worker){q, q->keys[0]};
-    run_jobs(&w[0]);
-    for (size_t i = 1; i <= started; i++)
-        pthread_join(th[i], NULL);
+    vsig_queue *q = ctx;
+    vsig_job *j = &q->jobs[i];
+    j->result = tally_keyring_verify(q->keys[worker], j->key_id, j->hash, j->sig);
 }
 
 /* The message the sequential check gave for a signature that fails. */
@@ -152,7 +115,7 @@ tally_err vsig_flush(vctx *v, vsig_queue *q)
 {
     if (!q || q->n == 0)
         return TALLY_OK;
-    run_batch(q);
+    tally_parallel_for(q->n, q->n_threads, verify_one, q);
     size_t n = q->n;
     q->n = 0;
     for (size_t i = 0; i < n; i++) /* in ledger order: the first failure */

@@ -18,6 +18,7 @@
 
 #include "meter_int.h"
 #include "tally/log.h"
+#include "tally/parallel.h"
 
 #define LOCK_TRY_MS    1000  /* one wait for a lock, between checks for a stop */
 #define LOCK_NOTE_MS   10000 /* how often a long wait is reported */
@@ -84,13 +85,6 @@ typedef struct part_job {
     tally_err err;
 } part_job;
 
-/* Jobs handed out to the committing threads. */
-typedef struct job_queue {
-    part_job *jobs;
-    size_t n, next;
-    pthread_mutex_t mu;
-} job_queue;
-
 /* Queues the chunk's items of one partition, in order, and its offsets. */
 static tally_err queue_partition(tally_consumer *c, chunk *k, const chunk_off *o, tally_batch *b)
 {
@@ -123,37 +117,10 @@ static void run_job(part_job *j)
                   tally_ledger_errmsg(tally_shard_ledger(j->sh)));
 }
 
-static void *commit_worker(void *arg)
+static void commit_one(void *ctx, size_t worker, size_t i)
 {
-    job_queue *q = arg;
-    for (;;) {
-        pthread_mutex_lock(&q->mu);
-        size_t i = q->next++;
-        pthread_mutex_unlock(&q->mu);
-        if (i >= q->n)
-            return NULL;
-        run_job(&q->jobs[i]);
-    }
-}
-
-/* Runs the jobs on up to COMMIT_THREADS threads (this one included), so the
- * shards' commits, each waiting on its own fsync, overlap. */
-static void run_jobs(job_queue *q)
-{
-    pthread_t th[COMMIT_THREADS - 1];
-    size_t started = 0;
-    if (pthread_mutex_init(&q->mu, NULL) != 0) {
-        for (size_t i = 0; i < q->n; i++)
-            run_job(&q->jobs[i]);
-        return;
-    }
-    while (started + 1 < COMMIT_THREADS && started + 1 < q->n &&
-           pthread_create(&th[started], NULL, commit_worker, q) == 0)
-        started++;
-    commit_worker(q);
-    for (size_t i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&q->mu);
+    (void)worker;
+    run_job(&((part_job *)ctx)[i]);
 }
 
 /* Sets up one job per partition of the chunk, on this thread: the shard,
@@ -237,8 +204,9 @@ tally_err shard_chunk_commit(tally_consumer *c, chunk *k)
     part_job *jobs = calloc(k->n_offs ? k->n_offs : 1, sizeof *jobs);
     tally_err e = res && jobs ? plan_jobs(c, k, jobs, res) : TALLY_NOMEM;
     if (!e) {
-        job_queue q = {.jobs = jobs, .n = k->n_offs};
-        run_jobs(&q);
+        /* up to COMMIT_THREADS at once, this thread included: the shards'
+         * commits, each waiting on its own fsync, overlap */
+        tally_parallel_for(k->n_offs, COMMIT_THREADS, commit_one, jobs);
         e = gather(k, jobs);
         balances_flush(c);
     }
