@@ -7,12 +7,10 @@
  * a second; the totals go to stdout at the end. */
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "tally/log.h"
 #include "tally/meter.h"
 #include "tally/shard.h"
 
@@ -168,11 +166,6 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
     if ((rc = open_shards(ctx, l, &shards)))
         goto out_ledger;
     o.shards = shards;
-    /* The commit thread commits; the WAL is copied into the file beside it. */
-    if (getenv("TALLY_FOREGROUND_CHECKPOINT") == NULL &&
-        tally_ledger_checkpoint_in_background(l) != TALLY_OK)
-        tally_log(TALLY_LOG_WARNING, "meter", "checkpoints stay on the commit thread: %s",
-                  tally_ledger_errmsg(l));
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);

@@ -332,7 +332,6 @@ void tally_ledger_close(tally_ledger *l)
 {
     if (!l)
         return;
-    ledger_checkpoint_stop(l); /* before the last connection closes */
     ledger_cards_clear(l);
     ledger_shards_free(l->shards);
     sqlite3_finalize(l->st_cards_version);

@@ -60,15 +60,7 @@ struct tally_ledger {
     /* The highest usage_seq this connection wrote into balance_pending: a
      * flush with it at or below the mark has nothing to read. */
     int64_t balance_pending_seq;
-    /* WAL checkpoints on a thread of their own (checkpoint.c), or NULL. */
-    struct ledger_ckpt *ckpt;
 };
-
-/* Stops the background checkpoints (checkpoint.c), if they run: the
- * writer checkpoints on its own again. Called by tally_ledger_close. */
-void ledger_checkpoint_stop(tally_ledger *l);
-/* Checkpoints the background thread has run (-1: not running); for tests. */
-int64_t ledger_checkpoint_runs(const tally_ledger *l);
 
 /* The rate cards, sorted by effective_from_s; valid until the next call that
  * loads a card. Errors: TALLY_DB, TALLY_PARSE (a stored card no longer parses). */

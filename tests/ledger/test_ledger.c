@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "testutil.h"
 #include "../../ledger/ledger_int.h"
@@ -69,12 +68,6 @@ static long long query_int(tally_ledger *l, const char *sql)
     return strtoll(out, NULL, 10);
 }
 
-static void exec_ok(tally_ledger *l, const char *sql)
-{
-    if (tally_ledger_exec(l, sql) != TALLY_OK)
-        fail_msg("%s: %s", sql, tally_ledger_errmsg(l));
-}
-
 /* ---- Opening ---------------------------------------------------------------- */
 
 static void test_open_twice(void **state)
@@ -101,43 +94,6 @@ static void test_open_twice(void **state)
     assert_int_equal(tally_ledger_open(db_path, &l, why, sizeof why), TALLY_UNSUPPORTED);
     assert_null(l);
     assert_non_null(strstr(why, "newer"));
-}
-
-/* Background checkpoints (ledger/checkpoint.c): the thread copies the WAL
- * into the file while the writer commits, the WAL stays bounded, nothing
- * is lost across a close and a reopen, and a second call is a no-op. */
-static void test_background_checkpoint(void **state)
-{
-    (void)state;
-    tally_ledger *l = open_fresh("ledger-ckpt");
-    assert_int_equal(ledger_checkpoint_runs(l), -1);
-    assert_int_equal(tally_ledger_checkpoint_in_background(l), TALLY_OK);
-    assert_int_equal(tally_ledger_checkpoint_in_background(l), TALLY_OK);
-    assert_int_equal(ledger_checkpoint_runs(l), 0);
-    exec_ok(l, "CREATE TABLE scratch(n INTEGER PRIMARY KEY, pad BLOB)");
-    for (int i = 0; i < 400; i++) /* 400 commits of about 16 pages each */
-        exec_ok(l, "INSERT INTO scratch(pad) SELECT randomblob(4000) FROM "
-                   "(SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 "
-                   "UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 "
-                   "UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL "
-                   "SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14)");
-    for (int i = 0; i < 200 && ledger_checkpoint_runs(l) == 0; i++)
-        usleep(10000);
-    assert_true(ledger_checkpoint_runs(l) > 0);
-    char wal[700];
-    struct stat sb;
-    snprintf(wal, sizeof wal, "%s-wal", db_path);
-    assert_int_equal(stat(wal, &sb), 0);
-    assert_true(sb.st_size < (off_t)17000 * 4096 + 65536); /* at most CKPT_PAGES_MAX, and a bit */
-    tally_ledger_close(l);
-
-    char why[256];
-    assert_int_equal(tally_ledger_open(db_path, &l, why, sizeof why), TALLY_OK);
-    assert_int_equal(query_int(l, "SELECT count(*) FROM scratch"), 400 * 14);
-    assert_int_equal(query_int(l, "SELECT count(*) FROM pragma_integrity_check WHERE "
-                                  "integrity_check != 'ok'"),
-                     0);
-    tally_ledger_close(l);
 }
 
 static void test_open_bad_path(void **state)
@@ -714,7 +670,6 @@ int main(void)
     unsetenv("TALLY_NOW");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_twice),
-        cmocka_unit_test(test_background_checkpoint),
         cmocka_unit_test(test_open_bad_path),
         cmocka_unit_test(test_open_dir_slash),
         cmocka_unit_test(test_now),

@@ -31,13 +31,6 @@ TALLY_MUST_CHECK tally_err tally_ledger_open(const char *path, tally_ledger **ou
 /* Closes the connection; accepts NULL. */
 void tally_ledger_close(tally_ledger *l);
 
-/* From now on WAL checkpoints run on a thread of l's own, on a connection
- * of its own, instead of on the thread that commits (for a long-running
- * writer such as the meter: ledger/checkpoint.c). Durability is the same.
- * A no-op on a ledger directory and when already on. Errors: TALLY_DB (the
- * second connection does not open), TALLY_NOMEM. */
-TALLY_MUST_CHECK tally_err tally_ledger_checkpoint_in_background(tally_ledger *l);
-
 /* The last SQLite error message of this connection (for one-line errors). */
 const char *tally_ledger_errmsg(tally_ledger *l);
 
