@@ -496,7 +496,8 @@ static tally_err gather(bal_engine *b, const tally_account *acct, int64_t start,
     bool given = ce && ce->iv_ok && ce->iv_start == start && ce->iv_end == end;
     tally_err e = TALLY_OK;
     if (given)
-        e = bal_cache_iv_rows(ce, &b->in.intervals, &b->in.cap_intervals, &b->in.n_intervals);
+        e = bal_cache_iv_rows(b->cache, ce, &b->in.intervals, &b->in.cap_intervals,
+                              &b->in.n_intervals);
     b->in.intervals_given = given;
     if (!e)
         e = inv_gather(b->g, acct, start, end, true, &b->in);

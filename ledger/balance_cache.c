@@ -13,6 +13,8 @@
 #define DAY_S 86400
 
 struct bal_cache {
+    bal_cache_iv *order; /* bal_cache_iv_rows' working copy */
+    size_t cap_order;
     bal_cache_entry *v;
     size_t n, cap; /* cap doubles from 64 up to BAL_CACHE_ACCOUNTS */
     size_t rows;   /* interval rows held by all entries */
@@ -71,6 +73,7 @@ void bal_cache_destroy(bal_cache *c)
     if (!c)
         return;
     bal_cache_clear(c);
+    free(c->order);
     free(c->v);
     idx_table_free(&c->index);
     free(c);
@@ -151,6 +154,14 @@ static bool iv_room(bal_cache *c, bal_cache_entry *e)
     return true;
 }
 
+static int id_order(const void *pa, const void *pb)
+{
+    const bal_cache_iv *a = pa, *b = pb;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* An entry's rows are kept in id order, so that the batch's writes (one
+ * per interval row it changes) find theirs by binary search. */
 void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
                        const tally_interval *rows, const int64_t *ids, size_t n)
 {
@@ -165,19 +176,29 @@ void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t 
         e->ivs[e->n_iv++] = (bal_cache_iv){ids[i], rows[i]};
         c->rows++;
     }
+    if (e->n_iv > 1)
+        qsort(e->ivs, e->n_iv, sizeof *e->ivs, id_order);
 }
 
-static ssize_t iv_index(const bal_cache_entry *e, int64_t id)
+/* The row's index, or where it would go (*found false). */
+static size_t iv_index(const bal_cache_entry *e, int64_t id, bool *found)
 {
-    for (size_t i = 0; i < e->n_iv; i++)
-        if (e->ivs[i].id == id)
-            return (ssize_t)i;
-    return -1;
+    size_t lo = 0, hi = e->n_iv;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->ivs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = lo < e->n_iv && e->ivs[lo].id == id;
+    return lo;
 }
 
 static void iv_remove(bal_cache *c, bal_cache_entry *e, size_t i)
 {
-    e->ivs[i] = e->ivs[--e->n_iv];
+    memmove(&e->ivs[i], &e->ivs[i + 1], (e->n_iv - i - 1) * sizeof *e->ivs);
+    e->n_iv--;
     c->rows--;
 }
 
@@ -186,14 +207,17 @@ void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally
     bal_cache_entry *e = bal_cache_find(c, account);
     if (!e || !e->iv_ok)
         return;
-    ssize_t i = iv_index(e, id);
+    bool found;
+    size_t i = iv_index(e, id, &found);
     bool in = bal_cache_iv_in(iv->start_s, iv->end_s, e->iv_start, e->iv_end);
-    if (i >= 0 && in) {
+    if (found && in) {
         e->ivs[i].iv = *iv;
-    } else if (i >= 0) {
-        iv_remove(c, e, (size_t)i);
-    } else if (in && iv_room(c, e)) {
-        e->ivs[e->n_iv++] = (bal_cache_iv){id, *iv};
+    } else if (found) {
+        iv_remove(c, e, i);
+    } else if (in && iv_room(c, e)) { /* a new row: at the end, as ids grow */
+        memmove(&e->ivs[i + 1], &e->ivs[i], (e->n_iv - i) * sizeof *e->ivs);
+        e->ivs[i] = (bal_cache_iv){id, *iv};
+        e->n_iv++;
         c->rows++;
     }
 }
@@ -201,9 +225,10 @@ void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally
 void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id)
 {
     bal_cache_entry *e = bal_cache_find(c, account);
-    ssize_t i = e && e->iv_ok ? iv_index(e, id) : -1;
-    if (i >= 0)
-        iv_remove(c, e, (size_t)i);
+    bool found = false;
+    size_t i = e && e->iv_ok ? iv_index(e, id, &found) : 0;
+    if (found)
+        iv_remove(c, e, i);
 }
 
 static int iv_order(const void *pa, const void *pb)
@@ -214,12 +239,18 @@ static int iv_order(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-tally_err bal_cache_iv_rows(bal_cache_entry *e, tally_interval **out, size_t *cap, size_t *n_out)
+tally_err bal_cache_iv_rows(bal_cache *c, bal_cache_entry *e, tally_interval **out, size_t *cap,
+                            size_t *n_out)
 {
-    /* The gather's order is the index's, (account, start_s, id): sorting in
-     * place keeps the next sort short. */
-    if (e->n_iv > 1)
-        qsort(e->ivs, e->n_iv, sizeof *e->ivs, iv_order);
+    /* The gather's order is the index's, (account, start_s, id): a sorted
+     * copy, the entry staying in id order. */
+    if (e->n_iv > c->cap_order) {
+        bal_cache_iv *v = realloc(c->order, e->n_iv * sizeof *v);
+        if (!v)
+            return TALLY_NOMEM;
+        c->order = v;
+        c->cap_order = e->n_iv;
+    }
     if (e->n_iv > *cap) {
         tally_interval *v = realloc(*out, e->n_iv * sizeof *v);
         if (!v)
@@ -227,8 +258,12 @@ tally_err bal_cache_iv_rows(bal_cache_entry *e, tally_interval **out, size_t *ca
         *out = v;
         *cap = e->n_iv;
     }
+    if (e->n_iv)
+        memcpy(c->order, e->ivs, e->n_iv * sizeof *e->ivs);
+    if (e->n_iv > 1)
+        qsort(c->order, e->n_iv, sizeof *c->order, iv_order);
     for (size_t i = 0; i < e->n_iv; i++)
-        (*out)[i] = e->ivs[i].iv;
+        (*out)[i] = c->order[i].iv;
     *n_out = e->n_iv;
     return TALLY_OK;
 }

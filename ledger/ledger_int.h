@@ -292,7 +292,8 @@ void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally
 void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id);
 /* The window's rows in the order the gather returns them (start_s, then
  * id) into out (n_out of them). Errors: TALLY_NOMEM. */
-tally_err bal_cache_iv_rows(bal_cache_entry *e, tally_interval **out, size_t *cap, size_t *n_out);
+tally_err bal_cache_iv_rows(bal_cache *c, bal_cache_entry *e, tally_interval **out, size_t *cap,
+                            size_t *n_out);
 
 /* Refreshes the n accounts of t (each with its span of new usage, cause
  * "usage") inside the caller's transaction with eng and its cache (NULL,
