@@ -640,6 +640,9 @@ tally_err ledger_shard_balances_flush(tally_ledger *main, const char *name, int6
  * nothing is pending; a busy main.db ends it quietly (the next call goes
  * on). *n counts the accounts refreshed. A no-op for a plain ledger. */
 tally_err ledger_shard_balances_flush_all(tally_ledger *main, int64_t *n);
+/* main.db's mark for the shard name: the highest seq of its balance_pending
+ * refreshed (0: none). Errors: TALLY_DB. */
+tally_err ledger_shard_balance_mark(tally_ledger *main, const char *name, int64_t *mark);
 
 /* Whether some shard holds a balance_pending row of account above main.db's
  * mark for that shard, as main.db's current snapshot has it: its balance in

@@ -39,7 +39,7 @@ typedef struct pending_rows {
 } pending_rows;
 
 /* main.db's mark for the shard (0: none). */
-static tally_err mark_get(tally_ledger *m, const char *name, int64_t *mark)
+tally_err ledger_shard_balance_mark(tally_ledger *m, const char *name, int64_t *mark)
 {
     sqlite3_stmt *st;
     tally_err e = ledger_cached(m, "SELECT seq FROM shard_balance_marks WHERE shard = ?1", &st);
@@ -173,11 +173,10 @@ tally_err ledger_shard_balances_flush(tally_ledger *m, const char *name, int64_t
         i = shard_src_index(m->shards, name);
     if (e || i < 0)
         return e;
-    e = mark_get(m, name, &have);
+    e = ledger_shard_balance_mark(m, name, &have);
     if (e)
         return e;
-    if (have > *mark)
-        *mark = have;
+    *mark = have; /* main.db's word, even if it went back (a restore) */
     e = pending_read(m, &m->shards->src[i], have, &p);
     if (!e && p.n > 0) {
         sqlite3_busy_timeout(m->db, FLUSH_BUSY_MS);
@@ -231,7 +230,7 @@ tally_err ledger_shard_balance_pending(tally_ledger *m, const char *account, boo
         sqlite3 *db;
         sqlite3_stmt *st;
         int64_t mark = 0;
-        e = mark_get(m, src->name, &mark);
+        e = ledger_shard_balance_mark(m, src->name, &mark);
         if (!e)
             e = pending_db(m, src, &db);
         if (e || !db)

@@ -296,19 +296,25 @@ static int64_t shard_cache_kib(void)
 /* Refreshes in main.db the balances the shard's commits left pending and
  * learns main.db's mark for it (shard_balance.c): with all, whatever is
  * there (at acquisition: a previous holder's rows); else only when this
- * holder wrote rows above the mark, so a chunk's flush of the shards it did
- * not touch costs no query. Never fails the usage,
+ * holder wrote rows above the mark it knows, or main.db's mark went back
+ * (a restore), so a chunk's flush of a shard it did not touch costs one
+ * lookup in main.db and no read of the shard. Never fails the usage,
  * which is durable already: main.db busy is logged at info (the rows stay
  * pending for the next flush), any other failure as a warning. */
 static tally_err shard_balances_flush(tally_shard *sh, bool all)
 {
     if (!sh->l->balances_in_main)
         return TALLY_OK;
-    if (!all && sh->l->balance_pending_seq <= sh->l->balance_mark)
-        return TALLY_OK; /* this holder's commits are all refreshed: no query */
     tally_ledger *m = sh->set->main;
-    int64_t n = 0;
-    tally_err e = ledger_shard_balances_flush(m, sh->name, &sh->l->balance_mark, &n);
+    int64_t n = 0, have = 0;
+    tally_err e = TALLY_OK;
+    if (!all && sh->l->balance_pending_seq <= sh->l->balance_mark) {
+        e = ledger_shard_balance_mark(m, sh->name, &have);
+        if (!e && have >= sh->l->balance_mark)
+            return TALLY_OK; /* this holder's commits are all refreshed */
+    }
+    if (!e)
+        e = ledger_shard_balances_flush(m, sh->name, &sh->l->balance_mark, &n);
     if (e == TALLY_BUSY)
         tally_log(TALLY_LOG_INFO, "ledger", "%s: balances left pending, main.db is busy (%s)",
                   sh->name, m->errmsg);
