@@ -24,6 +24,7 @@
 
 #include "rel_check.h"
 #include "faultvfs.h"
+#include "tally/balance.h"
 #include "tally/ingest.h"
 #include "tally/ledger_sql.h"
 
@@ -358,6 +359,82 @@ static void test_power_cut_each_call(void **state)
            cuts, (long long)ops, BATCHES);
 }
 
+/* ---- The balance cache of a kept batch -------------------------------------- */
+
+/* One hour of an rtx4090 (1.98) for acct-b, starting at hour h of
+ * 2026-04-01. */
+static void queue_hour(tally_batch *b, int h)
+{
+    char ev[512], origin[32];
+    snprintf(ev, sizeof ev,
+             "{\"specversion\":\"1.0\",\"id\":\"bal-%d\",\"source\":\"disk-test\","
+             "\"type\":\"accelerator.usage\",\"subject\":\"acct-b\","
+             "\"time\":\"2026-04-01T%02d:00:00Z\",\"data\":{\"instance\":\"i-b\","
+             "\"sku\":\"rtx4090\",\"pricing\":\"on_demand\",\"cards\":1,"
+             "\"seconds\":3600}}",
+             h, h);
+    snprintf(origin, sizeof origin, "test:bal-%d", h);
+    tally_reject rej;
+    assert_int_equal(tally_ingest_message(b, ev, strlen(ev), origin, tally_now_s(), &rej),
+                     TALLY_OK);
+    assert_string_equal(rej.reason, "");
+}
+
+/* A batch kept from commit to commit, as the meter keeps one, remembers
+ * what its balance refreshes read and stored (ledger/balance_cache.c). A
+ * commit that fails after its refresh stored a new state (here the WAL's
+ * sync at COMMIT fails) must leave none of it behind: the retry of the
+ * same usage announces the crossing, numbered from 1, and the balance is
+ * what the ledger gives. */
+static void test_failed_commit_forgets_balances(void **state)
+{
+    (void)state;
+    copy_base();
+    tally_ledger *l = open_ledger(D.work);
+    tally_grant_spec g = {.account = "acct-b",
+                          .kind = TALLY_GRANT_PREPAID,
+                          .amount_minor = 1000,
+                          .priority = 50,
+                          .effective_s = 1767225600, /* 2026-01-01 */
+                          .expires_s = TALLY_TIME_MAX,
+                          .scope = ""};
+    int64_t id, stop = 700, release = TALLY_BALANCE_RELEASE_DEFAULT;
+    assert_int_equal(tally_ledger_grant_add(l, &g, &id, D.why, sizeof D.why), TALLY_OK);
+    tally_limits_change lc = {
+        .clear_low = true, .stop_at_minor = &stop, .release_after_s = &release};
+    assert_int_equal(tally_limits_set(l, "acct-b", &lc, D.why, sizeof D.why), TALLY_OK);
+    tally_batch *b = NULL;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    queue_hour(b, 10);
+    assert_int_equal(tally_batch_commit(b, NULL, NULL), TALLY_OK); /* 8.02: ok */
+    const char *events = "SELECT count(*) FROM outbox WHERE subject = ?1";
+    assert_int_equal(tu_query_int(l, events, "acct-b"), 0);
+
+    queue_hour(b, 11); /* 6.04, at or below the stop mark of 7.00 */
+    tally_faultvfs_arm(TALLY_FAULT_FAIL_ONCE, TALLY_FAULT_SYNC, 1, TALLY_FAULT_EIO);
+    assert_int_not_equal(tally_batch_commit(b, NULL, NULL), TALLY_OK);
+    assert_true(tally_faultvfs_failed() > 0);
+    tally_faultvfs_disarm();
+    assert_int_equal(tu_query_int(l, events, "acct-b"), 0);
+
+    queue_hour(b, 11);
+    assert_int_equal(tally_batch_commit(b, NULL, NULL), TALLY_OK);
+    assert_int_equal(tu_query_int(l, events, "acct-b"), 2);
+    assert_int_equal(tu_query_int(l,
+                                  "SELECT count(*) FROM outbox WHERE event_id IN "
+                                  "('balance.exhausted:acct-b:1', 'account.suspend:acct-b:2')",
+                                  NULL),
+                     2);
+    assert_int_equal(tu_query_int(l,
+                                  "SELECT balance_minor FROM account_balances WHERE "
+                                  "account = ?1 AND state = 'exhausted'",
+                                  "acct-b"),
+                     1000 - 2 * 198);
+    tally_batch_destroy(b);
+    assert_int_equal(tally_ledger_verify(l, NULL, D.why, sizeof D.why), TALLY_OK);
+    close_ledger(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_dead_or_full_disk_each_call),
         cmocka_unit_test(test_disk_full_then_space),
         cmocka_unit_test(test_power_cut_each_call),
+        cmocka_unit_test(test_failed_commit_forgets_balances),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
