@@ -226,8 +226,7 @@ tally_err tally_balance_json(const tally_balance *b, tally_buf *out)
 
 /* ---- Sweeps -------------------------------------------------------------------- */
 
-/* The accounts of a query with one bound time, copied out before refreshing. */
-static tally_err accounts_of(tally_ledger *l, const char *sql, int64_t t,
+tally_err ledger_accounts_of(tally_ledger *l, const char *sql, int64_t t,
                              char (**out)[TALLY_NAME_MAX], size_t *n)
 {
     sqlite3_stmt *st;
@@ -263,7 +262,7 @@ static tally_err refresh_each(tally_ledger *l, const char *sql, int64_t t, const
     *n_out = 0;
     if (l->no_balances)
         return TALLY_OK;
-    tally_err e = accounts_of(l, sql, t, &acc, &n);
+    tally_err e = ledger_accounts_of(l, sql, t, &acc, &n);
     for (size_t i = 0; !e && i < n; i++) {
         e = refresh_one(l, acc[i], cause);
         if (!e)
@@ -299,7 +298,8 @@ tally_err ledger_balance_refresh_all(tally_ledger *l, const char *cause)
     char(*acc)[TALLY_NAME_MAX] = NULL;
     size_t n = 0;
     bal_engine *b = NULL;
-    tally_err e = accounts_of(l, "SELECT account FROM account_balances WHERE ?1 = ?1", 0, &acc, &n);
+    tally_err e =
+        ledger_accounts_of(l, "SELECT account FROM account_balances WHERE ?1 = ?1", 0, &acc, &n);
     if (!e && n)
         e = bal_engine_create(l, &b);
     for (size_t i = 0; !e && i < n; i++)

@@ -212,6 +212,12 @@ tally_err ledger_balance_rezone(tally_ledger *l, const char *account);
  * (a spot price or rate card changes them all). A no-op on a shard. */
 tally_err ledger_balance_refresh_all(tally_ledger *l, const char *cause);
 
+/* The accounts (first column) of sql with ?1 bound to t, copied out into
+ * *out (allocated, *n of them) so that the caller may write while it goes
+ * through them. Errors: TALLY_DB, TALLY_NOMEM. */
+tally_err ledger_accounts_of(tally_ledger *l, const char *sql, int64_t t,
+                             char (**out)[TALLY_NAME_MAX], size_t *n);
+
 /* One stored account_balances row. */
 typedef struct bal_row {
     int64_t v[5]; /* running, covered, credits, balance, burn */

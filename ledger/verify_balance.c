@@ -61,34 +61,6 @@ static const char *const sql_checks[] = {
     "ORDER BY b.account LIMIT 1",
 };
 
-/* The accounts with a stored balance, copied out before recomputing. */
-static tally_err stored_accounts(vctx *v, char (**out)[TALLY_NAME_MAX], size_t *n)
-{
-    sqlite3_stmt *st;
-    size_t cap = 0;
-    *out = NULL;
-    *n = 0;
-    tally_err e =
-        ledger_prepare(v->l, "SELECT account FROM account_balances ORDER BY account", &st);
-    if (e)
-        return e;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            char(*p)[TALLY_NAME_MAX] = realloc(*out, nc * sizeof *p);
-            if (!p) {
-                sqlite3_finalize(st);
-                return TALLY_NOMEM;
-            }
-            *out = p;
-            cap = nc;
-        }
-        snprintf((*out)[(*n)++], TALLY_NAME_MAX, "%s", (const char *)sqlite3_column_text(st, 0));
-    }
-    return ledger_finish(v->l, st, rc);
-}
-
 /* Clears why when the account's balance differs only because a shard holds
  * usage of it that main.db has not refreshed yet. Read after the
  * recomputation: a shard commits usage and its pending row together, and
@@ -116,7 +88,8 @@ tally_err verify_balances(vctx *v)
     size_t n = 0;
     bal_engine *b = NULL;
     char why[512];
-    err = stored_accounts(v, &acc, &n);
+    err = ledger_accounts_of(
+        v->l, "SELECT account FROM account_balances WHERE ?1 = ?1 ORDER BY account", 0, &acc, &n);
     if (err == TALLY_OK && n)
         err = bal_engine_create(v->l, &b);
     for (size_t i = 0; err == TALLY_OK && i < n; i++) {
