@@ -164,16 +164,13 @@ static void stored_add(bal_engine *b, const bal_period *p)
         b->stored[b->n_stored++] = *p;
 }
 
-static tally_err stored_periods(bal_engine *b, const char *account)
+/* Calls fn for each of the account's stored running periods, oldest first,
+ * until it returns false. */
+static tally_err periods_each(tally_ledger *l, const char *account,
+                              bool (*fn)(void *ctx, const bal_period *p), void *ctx)
 {
     sqlite3_stmt *st;
-    if (b->ce && b->ce->periods_ok) {
-        b->n_stored = 0;
-        for (size_t i = 0; i < b->ce->n_periods; i++)
-            stored_add(b, &b->ce->periods[i]);
-        return TALLY_OK;
-    }
-    tally_err e = ledger_cached(b->l,
+    tally_err e = ledger_cached(l,
                                 "SELECT period, subtotal_minor, credits_minor, due_minor FROM "
                                 "running_periods WHERE account = ?1 ORDER BY period",
                                 &st);
@@ -181,15 +178,34 @@ static tally_err stored_periods(bal_engine *b, const char *account)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     int rc;
-    b->n_stored = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         bal_period p = {.subtotal = sqlite3_column_int64(st, 1),
                         .credits = sqlite3_column_int64(st, 2),
                         .due = sqlite3_column_int64(st, 3)};
         snprintf(p.period, sizeof p.period, "%s", (const char *)sqlite3_column_text(st, 0));
-        stored_add(b, &p);
+        if (!fn(ctx, &p)) {
+            rc = SQLITE_DONE;
+            break;
+        }
     }
-    return ledger_cached_done(b->l, st, rc);
+    return ledger_cached_done(l, st, rc);
+}
+
+static bool stored_one(void *ctx, const bal_period *p)
+{
+    stored_add(ctx, p);
+    return true;
+}
+
+static tally_err stored_periods(bal_engine *b, const char *account)
+{
+    b->n_stored = 0;
+    if (b->ce && b->ce->periods_ok) {
+        for (size_t i = 0; i < b->ce->n_periods; i++)
+            stored_add(b, &b->ce->periods[i]);
+        return TALLY_OK;
+    }
+    return periods_each(b->l, account, stored_one, b);
 }
 
 static const char span_sql[] =
@@ -1185,41 +1201,41 @@ tally_err ledger_balance_refresh_span(tally_ledger *l, const char *account, int6
 static const char *const bal_fields[5] = {"running_minor", "covered_minor", "credits_minor",
                                           "balance_minor", "burn_minor"};
 
+typedef struct period_cmp_ctx {
+    const bal_engine *b;
+    size_t i;
+    char *why;
+    size_t cap;
+} period_cmp_ctx;
+
+/* One stored running period against the next recomputed one. */
+static bool period_cmp_one(void *ctx, const bal_period *got)
+{
+    period_cmp_ctx *x = ctx;
+    const bal_period *want = x->i < x->b->n_periods ? &x->b->periods[x->i] : NULL;
+    x->i++;
+    if (!want || strcmp(want->period, got->period) != 0)
+        snprintf(x->why, x->cap, "running period %s is stored, but recomputing gives %s",
+                 got->period, want ? want->period : "no more periods");
+    else if (got->subtotal != want->subtotal || got->credits != want->credits ||
+             got->due != want->due)
+        snprintf(x->why, x->cap,
+                 "running period %s stores subtotal %lld, credits %lld, due %lld, but "
+                 "recomputing gives %lld, %lld, %lld",
+                 got->period, (long long)got->subtotal, (long long)got->credits,
+                 (long long)got->due, (long long)want->subtotal, (long long)want->credits,
+                 (long long)want->due);
+    return !x->why[0];
+}
+
 /* The stored running periods against the recomputed ones (b->periods). */
 static tally_err periods_check(bal_engine *b, const char *account, char *why, size_t cap)
 {
-    sqlite3_stmt *st;
-    tally_err e = ledger_prepare(b->l,
-                                 "SELECT period, subtotal_minor, credits_minor, due_minor FROM "
-                                 "running_periods WHERE account = ?1 ORDER BY period",
-                                 &st);
-    if (e)
-        return e;
-    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-    size_t i = 0;
-    int rc;
-    while (!why[0] && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *p = (const char *)sqlite3_column_text(st, 0);
-        const bal_period *want = i < b->n_periods ? &b->periods[i] : NULL;
-        int64_t got[3] = {sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2),
-                          sqlite3_column_int64(st, 3)};
-        if (!want || strcmp(want->period, p) != 0)
-            snprintf(why, cap, "running period %s is stored, but recomputing gives %s", p,
-                     want ? want->period : "no more periods");
-        else if (got[0] != want->subtotal || got[1] != want->credits || got[2] != want->due)
-            snprintf(why, cap,
-                     "running period %s stores subtotal %lld, credits %lld, due %lld, but "
-                     "recomputing gives %lld, %lld, %lld",
-                     p, (long long)got[0], (long long)got[1], (long long)got[2],
-                     (long long)want->subtotal, (long long)want->credits, (long long)want->due);
-        i++;
-    }
-    if (why[0])
-        rc = SQLITE_DONE;
-    else if (rc == SQLITE_DONE && i < b->n_periods)
-        snprintf(why, cap, "running period %s is missing", b->periods[i].period);
-    sqlite3_reset(st);
-    return ledger_finish(b->l, st, rc);
+    period_cmp_ctx x = {b, 0, why, cap};
+    tally_err e = periods_each(b->l, account, period_cmp_one, &x);
+    if (!e && !why[0] && x.i < b->n_periods)
+        snprintf(why, cap, "running period %s is missing", b->periods[x.i].period);
+    return e;
 }
 
 /* The state, exhaustion and next check that settle would have stored with c. */
