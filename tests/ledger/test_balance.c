@@ -49,13 +49,7 @@ static void fx_open(fx *f, const char *tag, const char *now)
     snprintf(f->db, sizeof f->db, "%s/t.db", f->dir);
     snprintf(f->key, sizeof f->key, "%s/t.key", f->dir);
     clock_at(at("2025-12-20T00:00:00Z"));
-    char why[256] = "";
-    if (tally_ledger_open(f->db, &f->l, why, sizeof why) != TALLY_OK)
-        fail_msg("open: %s", why);
-    const tally_embedded *card = tally_embedded_find("fixtures/pricebook/ratecard.json");
-    assert_non_null(card);
-    if (tally_ledger_ratecard_load(f->l, card->data, card->len, why, sizeof why) != TALLY_OK)
-        fail_msg("ratecard: %s", why);
+    f->l = tu_open_priced(f->db);
     assert_int_equal(tally_keygen(f->key, 0), TALLY_OK);
     clock_at(at(now));
 }

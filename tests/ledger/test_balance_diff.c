@@ -1058,13 +1058,7 @@ static void round_setup(world *w, size_t n_accounts)
     snprintf(w->key, sizeof w->key, "%s/t.key", w->dir);
     snprintf(w->copy, sizeof w->copy, "%s/copy.db", w->dir);
     clock_at(w, at("2025-12-15T00:00:00Z"));
-    char why[256] = "";
-    if (tally_ledger_open(w->db, &w->l, why, sizeof why) != TALLY_OK)
-        fail_msg("open: %s", why);
-    const tally_embedded *card = tally_embedded_find("fixtures/pricebook/ratecard.json");
-    assert_non_null(card);
-    if (tally_ledger_ratecard_load(w->l, card->data, card->len, why, sizeof why) != TALLY_OK)
-        fail_msg("ratecard: %s", why);
+    w->l = tu_open_priced(w->db);
     assert_int_equal(tally_keygen(w->key, 0), TALLY_OK);
     /* What is compared does not depend on durability: no fsync per write. */
     assert_int_equal(tally_ledger_exec(w->l, "PRAGMA synchronous=OFF"), TALLY_OK);

@@ -21,14 +21,8 @@ static int origin_seq;
 static tally_ledger *open_with_card(const char *tag)
 {
     tally_ledger *l = NULL;
-    char why[256] = "";
     snprintf(db_path, sizeof db_path, "%s/t.db", tu_tmpdir(tag));
-    if (tally_ledger_open(db_path, &l, why, sizeof why) != TALLY_OK)
-        fail_msg("open: %s", why);
-    const tally_embedded *f = tally_embedded_find("fixtures/pricebook/ratecard.json");
-    assert_non_null(f);
-    if (tally_ledger_ratecard_load(l, f->data, f->len, why, sizeof why) != TALLY_OK)
-        fail_msg("load: %s", why);
+    l = tu_open_priced(db_path);
     return l;
 }
 

@@ -15,14 +15,9 @@
 static tally_ledger *open_with_card(const char *tag)
 {
     tally_ledger *l = NULL;
-    char why[256] = "", path[600];
+    char path[600];
     snprintf(path, sizeof path, "%s/t.db", tu_tmpdir(tag));
-    if (tally_ledger_open(path, &l, why, sizeof why) != TALLY_OK)
-        fail_msg("open: %s", why);
-    const tally_embedded *card = tally_embedded_find("fixtures/pricebook/ratecard.json");
-    assert_non_null(card);
-    if (tally_ledger_ratecard_load(l, card->data, card->len, why, sizeof why) != TALLY_OK)
-        fail_msg("load: %s", why);
+    l = tu_open_priced(path);
     return l;
 }
 

@@ -1,4 +1,5 @@
 #include "testutil.h"
+#include "tally/embed.h"
 #include "tally/ledger_sql.h"
 
 #include <stdio.h>
@@ -169,4 +170,17 @@ tally_shard *tu_shard_take(tally_shard_set *s, const char *topic, int32_t p)
     if (e)
         fail_msg("acquire %d: %s: %s", (int)p, tally_err_name(e), why);
     return sh;
+}
+
+tally_ledger *tu_open_priced(const char *path)
+{
+    tally_ledger *l = NULL;
+    char why[256] = "";
+    if (tally_ledger_open(path, &l, why, sizeof why) != TALLY_OK)
+        fail_msg("open %s: %s", path, why);
+    const tally_embedded *card = tally_embedded_find("fixtures/pricebook/ratecard.json");
+    assert_non_null(card);
+    if (tally_ledger_ratecard_load(l, card->data, card->len, why, sizeof why) != TALLY_OK)
+        fail_msg("ratecard: %s", why);
+    return l;
 }

@@ -53,6 +53,11 @@ bool tu_in_ci(void);
  * an error. */
 int64_t tu_query_int(tally_ledger *l, const char *sql, const char *param);
 
+/* Opens (creating) the ledger at path with the fixture price book's rate
+ * card loaded (fixtures/pricebook/ratecard.json), failing the test if it
+ * cannot. */
+tally_ledger *tu_open_priced(const char *path);
+
 /* Takes the shard of (topic, p) into s at once (no wait), failing the test
  * if it cannot. */
 tally_shard *tu_shard_take(tally_shard_set *s, const char *topic, int32_t p);
