@@ -25,6 +25,14 @@
 static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_DEDUPE_INS] = "INSERT INTO dedupe(src, id, fp) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
     [ST_DEDUPE_FP] = "SELECT fp FROM dedupe WHERE src = ?1 AND id = ?2",
+    [ST_RUN_FIND] = "SELECT lo, fps, id FROM dedupe_runs WHERE src = ?1 AND prefix = ?2 AND "
+                    "width = ?3 AND lo <= ?4 ORDER BY lo DESC LIMIT 1",
+    [ST_RUN_NEXT] = "SELECT lo FROM dedupe_runs WHERE src = ?1 AND prefix = ?2 AND width = ?3 "
+                    "AND lo > ?4 ORDER BY lo LIMIT 1",
+    [ST_RUN_INS] = "INSERT INTO dedupe_runs(src, prefix, width, lo, fps) VALUES (?1, ?2, ?3, ?4, "
+                   "?5) ON CONFLICT DO NOTHING",
+    [ST_RUN_UPD] = "UPDATE dedupe_runs SET fps = ?5 WHERE id = ?6 AND src = ?1 AND "
+                   "prefix = ?2 AND width = ?3 AND lo = ?4",
     [ST_QUARANTINE] = "INSERT INTO quarantine(origin, reason, detail, source, event_id, raw, "
                       "created_at, key_id, raw_size, raw_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
                       "?7, ?8, ?9, ?10) "
@@ -60,6 +68,19 @@ static const char *const batch_sql[ST_COUNT_OF] = {
 /* Events after year 9999 cannot be formatted, and time + seconds must fit. */
 #define EVENT_TIME_MAX_S 253402300799LL
 
+/* Whether the ledger held dedupe keys before migration 15 (its ids of the
+ * run form may be in the dedupe table). */
+static tally_err read_legacy(tally_batch *b)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_prepare(b->l, "SELECT value FROM meta WHERE key = 'dedupe_legacy'", &st);
+    if (e != TALLY_OK)
+        return e;
+    int rc = sqlite3_step(st);
+    b->dedupe_legacy = rc != SQLITE_ROW || sqlite3_column_int64(st, 0) != 0;
+    return ledger_finish(b->l, st, rc == SQLITE_ROW ? SQLITE_DONE : rc);
+}
+
 tally_err tally_batch_create(tally_ledger *l, tally_batch **out)
 {
     *out = NULL;
@@ -72,6 +93,8 @@ tally_err tally_batch_create(tally_ledger *l, tally_batch **out)
         e = ledger_prepare(l, batch_sql[i], &b->st[i]);
     if (e == TALLY_OK)
         e = agg_init(b);
+    if (e == TALLY_OK)
+        e = read_legacy(b);
     if (e != TALLY_OK) {
         tally_batch_destroy(b);
         return e;
@@ -87,6 +110,7 @@ void tally_batch_destroy(tally_batch *b)
     for (int i = 0; i < ST_COUNT_OF; i++)
         sqlite3_finalize(b->st[i]);
     agg_free(b);
+    runs_free(b);
     idx_table_free(&b->known_accounts);
     idx_table_free(&b->touch_index);
     free(b->touched);

@@ -102,35 +102,65 @@ static int64_t source_hash(const char *source)
     return (int64_t)h[0];
 }
 
-/* Inserts the key; *res is ACCEPTED (new), DUPLICATE or CONFLICT. */
-static tally_err dedupe(tally_batch *b, const tally_event *ev, int64_t src, tally_event_result *res)
+/* The key's stored fingerprint in the dedupe table: *res is DUPLICATE or
+ * CONFLICT, or *found is false. */
+static tally_err key_lookup(tally_batch *b, const tally_event *ev, int64_t src, bool *found,
+                            tally_event_result *res)
+{
+    sqlite3_stmt *st = b->st[ST_DEDUPE_FP];
+    sqlite3_bind_int64(st, 1, src);
+    sqlite3_bind_blob(st, 2, ev->id, (int)strlen(ev->id), SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    *found = rc == SQLITE_ROW;
+    if (*found)
+        *res = (uint64_t)sqlite3_column_int64(st, 0) == ev->fingerprint ? TALLY_RESULT_DUPLICATE
+                                                                        : TALLY_RESULT_CONFLICT;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(b->l, rc);
+}
+
+/* Inserts the key into the dedupe table; *res is ACCEPTED (new),
+ * DUPLICATE or CONFLICT. */
+static tally_err key_dedupe(tally_batch *b, const tally_event *ev, int64_t src,
+                            tally_event_result *res)
 {
     sqlite3_stmt *st = b->st[ST_DEDUPE_INS];
-    int id_len = (int)strlen(ev->id);
     sqlite3_bind_int64(st, 1, src);
-    sqlite3_bind_blob(st, 2, ev->id, id_len, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, ev->id, (int)strlen(ev->id), SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (int64_t)ev->fingerprint);
     tally_err e = batch_step(b, st);
     if (e != TALLY_OK)
         return e;
     if (sqlite3_changes(b->l->db) == 1) {
-        b->new_keys++;
         *res = TALLY_RESULT_ACCEPTED;
         return TALLY_OK;
     }
-    st = b->st[ST_DEDUPE_FP];
-    sqlite3_bind_int64(st, 1, src);
-    sqlite3_bind_blob(st, 2, ev->id, id_len, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        e = rc == SQLITE_DONE ? TALLY_DB : ledger_sqlite_err(b->l, rc);
-        if (rc == SQLITE_DONE)
-            snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe key vanished");
-    } else {
-        *res = (uint64_t)sqlite3_column_int64(st, 0) == ev->fingerprint ? TALLY_RESULT_DUPLICATE
-                                                                        : TALLY_RESULT_CONFLICT;
+    bool found;
+    e = key_lookup(b, ev, src, &found, res);
+    if (e == TALLY_OK && !found) {
+        snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe key vanished");
+        e = TALLY_DB;
     }
-    sqlite3_reset(st);
+    return e;
+}
+
+/* Checks and records (source, id): *res is ACCEPTED (new), DUPLICATE or
+ * CONFLICT. Ids that count up are kept as runs (dedupe_runs.c), every
+ * other id as a row of its own; which one depends on the id alone. */
+static tally_err dedupe(tally_batch *b, const tally_event *ev, int64_t src, tally_event_result *res)
+{
+    runs_id k;
+    tally_err e;
+    if (!runs_split(ev->id, strlen(ev->id), &k)) {
+        e = key_dedupe(b, ev, src, res);
+    } else {
+        bool found = false;
+        e = b->dedupe_legacy ? key_lookup(b, ev, src, &found, res) : TALLY_OK;
+        if (e == TALLY_OK && !found)
+            e = runs_dedupe(b, src, &k, ev->fingerprint, res);
+    }
+    if (e == TALLY_OK && *res == TALLY_RESULT_ACCEPTED)
+        b->new_keys++;
     return e;
 }
 
@@ -545,6 +575,8 @@ static tally_err commit_body(tally_batch *b, commit_ctx *c, tally_event_result *
             results[i] = r;
     }
     if (e == TALLY_OK)
+        e = runs_flush(b);
+    if (e == TALLY_OK)
         e = agg_flush(b);
     if (e == TALLY_OK)
         e = refresh_touched(b);
@@ -575,6 +607,7 @@ static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *
     memset(b->chain_qty, 0, sizeof b->chain_qty);
     b->now_s = tally_now_s();
     touch_reset(b);
+    runs_forget(b);
     tally_err e = ledger_begin(b->l);
     b->changes_at_begin = sqlite3_total_changes64(b->l->db);
     if (e == TALLY_OK) {
@@ -588,6 +621,7 @@ static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *
     if (e != TALLY_OK) {
         /* Rows written by this commit are gone: forget what points at them. */
         agg_forget(b);
+        runs_forget(b);
         idx_table_clear(&b->known_accounts);
         b->n_accounts = 0;
         memset(&c->st, 0, sizeof c->st);

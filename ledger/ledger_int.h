@@ -424,6 +424,10 @@ typedef struct pt_entry {
 enum batch_stmt {
     ST_DEDUPE_INS,
     ST_DEDUPE_FP,
+    ST_RUN_FIND,
+    ST_RUN_NEXT,
+    ST_RUN_INS,
+    ST_RUN_UPD,
     ST_QUARANTINE,
     ST_IV_INS,
     ST_IV_UPD,
@@ -438,6 +442,38 @@ enum batch_stmt {
     ST_COUNT,
     ST_COUNT_OF
 };
+
+/* ---- Dedupe runs (dedupe_runs.c) ---------------------------------------- */
+
+/* An id of the run form: prefix (not NUL-terminated), then width digits of
+ * value n. */
+typedef struct runs_id {
+    const char *prefix;
+    size_t prefix_len;
+    int width;
+    int64_t n;
+} runs_id;
+
+/* The runs one commit has used (dedupe_runs.c). */
+typedef struct runs_cache {
+    struct run_slot *slots;
+    size_t n;
+    idx_table index;
+} runs_cache;
+
+/* Whether the id (len bytes) ends in 4 to 18 decimal digits; fills *out. */
+bool runs_split(const char *id, size_t len, runs_id *out);
+/* Checks and records (src, k): *res is ACCEPTED (recorded in memory until
+ * runs_flush), DUPLICATE or CONFLICT (the stored low 48 bits of the
+ * fingerprint differ). Errors: TALLY_DB, TALLY_TAMPERED (a stored run is
+ * malformed), TALLY_NOMEM. */
+tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fingerprint,
+                      tally_event_result *res);
+/* Writes the runs this commit changed and forgets them all. */
+tally_err runs_flush(tally_batch *b);
+/* Forgets them without writing (the commit rolled back). */
+void runs_forget(tally_batch *b);
+void runs_free(tally_batch *b);
 
 struct tally_batch {
     tally_ledger *l;
@@ -474,6 +510,10 @@ struct tally_batch {
     int64_t now_s;
     int64_t key_id; /* the API key that sent what is queued; 0: none */
     int64_t new_keys, new_quarantine, new_intervals, new_points;
+    runs_cache runs;
+    /* The ledger held dedupe keys before migration 15: ids of the run form
+     * may be in the dedupe table too (meta dedupe_legacy). */
+    bool dedupe_legacy;
     /* Set for the second attempt of a commit whose first one found a stored
      * per-second sum that would overflow: agg_point then reads each second's
      * stored qty, so the one event that does not fit is quarantined. */

@@ -350,7 +350,7 @@ static void test_events_in_order_by_id(void **state)
     pid_t meter = e2e_meter(db, &b, "balance-e2e", logpath, extra);
     produce_slice(&b, accounts, 0, PER_ACCOUNT);
     assert_int_equal(e2e_wait(meter, 120000), 0);
-    assert_int_equal(e2e_count(db, "SELECT count(*) FROM dedupe"), accounts * PER_ACCOUNT);
+    assert_int_equal(e2e_count(db, "SELECT count(*) FROM dedupe_keys"), accounts * PER_ACCOUNT);
     assert_outbox_crossings(db, accounts, 3);
     for (int a = 0; a < accounts; a++)
         assert_balance(a, FINAL_BAL, "exhausted");
@@ -506,7 +506,7 @@ static void test_meter_kill9_crossings_once(void **state)
     pid_t last = e2e_meter(db, &b, "balance-kill", logpath, extra);
     assert_int_equal(e2e_wait(last, 120000), 0);
 
-    assert_int_equal(e2e_count(db, "SELECT count(*) FROM dedupe"), accounts * PER_ACCOUNT);
+    assert_int_equal(e2e_count(db, "SELECT count(*) FROM dedupe_keys"), accounts * PER_ACCOUNT);
     assert_int_equal(e2e_count(db, progress_sql), accounts * (PER_ACCOUNT + 95));
     assert_outbox_crossings(db, accounts, 3);
     for (int a = 0; a < accounts; a++)

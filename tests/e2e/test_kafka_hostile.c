@@ -207,7 +207,7 @@ static void test_huge_message_gap_exits(void **state)
     assert_int_equal(meter_run(&e, &b, NULL), 1);
     assert_true(e2e_ms() - t0 < 60000);
     assert_true(log_has(&e, "missing offsets 100\\.\\."));
-    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 100);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe_keys"), 100);
     e2e_broker_stop(&b);
 }
 
@@ -224,7 +224,7 @@ static void test_restarted_broker_stops(void **state)
     write_events(e.kv, 0, 299, "a");
     e2e_produce(&b, "usage", e.kv);
     assert_int_equal(meter_run(&e, &b, NULL), 0);
-    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 299);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe_keys"), 299);
     e2e_broker_stop(&b);
     e2e_broker_start(&b, 1, e.blog);
     write_padding(e.kv, 1, 20);
@@ -234,7 +234,7 @@ static void test_restarted_broker_stops(void **state)
     assert_true(log_has(&e, "usage/0: offset gap: the ledger.s next offset is 300"));
     assert_true(log_has(&e, "missing offsets 0\\.\\.99"));
     assert_true(tu_sh(NULL, "grep -q 'gaps=1 gaps_accepted=0 gap=0:0..99' '%s'", e.log) == 0);
-    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 299);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe_keys"), 299);
     /* The gap is in the ledger as open, once however often the meter stops
      * at it, and a `tally serve` on the ledger shows it in /metrics. */
     assert_int_equal(meter_run(&e, &b, NULL), 1);
@@ -261,7 +261,7 @@ static void test_restarted_broker_stops(void **state)
     assert_series(m.data, GAP_MSGS("accepted"), 100);
     assert_series(m.data, "tally_kafka_offset_gaps_all{state=\"open\"}", 0);
     tally_buf_release(&m);
-    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 398);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe_keys"), 398);
     assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 100);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM quarantine WHERE origin IN "
                                      "('kafka:usage/0@0', 'kafka:usage/0@0+r1')"),
@@ -286,7 +286,7 @@ static void test_restarted_longer_log_stops(void **state)
     write_events(e.kv, 300, 10, "w");
     e2e_produce(&b, "usage", e.kv);
     assert_int_equal(meter_run(&e, &b, NULL), 0);
-    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 310);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe_keys"), 310);
     e2e_broker_stop(&b);
     e2e_broker_start(&b, 1, e.blog);
     write_events(e.kv, 1000, 500, "w");
@@ -294,14 +294,14 @@ static void test_restarted_longer_log_stops(void **state)
     assert_int_equal(meter_run(&e, &b, NULL), 1);
     assert_true(log_has(&e, "usage/0: offset gap: the ledger.s next offset is 310"));
     assert_true(log_has(&e, "missing offsets 0\\.\\.309"));
-    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 310);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe_keys"), 310);
     const char *accept[] = {"--accept-gap", "usage/0", NULL};
     assert_int_equal(meter_run(&e, &b, accept), 0);
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM offset_gaps WHERE kind = 'restarted' "
                                      "AND from_offset = 0 AND to_offset = 310 AND state = "
                                      "'accepted'"),
                      1);
-    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 810);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe_keys"), 810);
     assert_int_equal(e2e_count(e.db, "SELECT next_offset FROM offsets"), 500);
     e2e_broker_stop(&b);
 }
@@ -363,7 +363,7 @@ static void test_shard_gaps(void **state)
     assert_series(m.data, GAP_MSGS("open"), 20);
     const char *accept[] = {"--accept-gap", "usage/0", NULL};
     assert_int_equal(meter_run(&e, &b, accept), 0);
-    assert_int_equal(e2e_count(shard, "SELECT count(*) FROM dedupe"), 70);
+    assert_int_equal(e2e_count(shard, "SELECT count(*) FROM dedupe_keys"), 70);
     assert_int_equal(e2e_count(shard, "SELECT count(*) FROM ledger_chain c JOIN offset_gaps g ON "
                                       "c.tbl = 'offset_gaps' AND c.row_key = g.rowid"),
                      2);
@@ -496,7 +496,7 @@ static void test_tombstone_and_whitespace(void **state)
     assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM quarantine WHERE reason = "
                                      "'tombstone' AND raw_size = 0"),
                      1);
-    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe"), 0);
+    assert_int_equal(e2e_count(e.db, "SELECT count(*) FROM dedupe_keys"), 0);
     assert_int_equal(tu_sh(NULL,
                            "timeout 30 kcat -C -Z -b '%s' -t usage-dlq -e -q -o beginning "
                            "-f '%%h %%s\\n' | grep 'tally-reason=tombstone' | grep -q ' NULL$'",
@@ -550,7 +550,7 @@ static void test_misrouted_key(void **state)
         if (access(shard, F_OK) != 0)
             continue;
         misrouted += e2e_count(shard, "SELECT count(*) FROM quarantine WHERE reason = 'misrouted'");
-        keys += e2e_count(shard, "SELECT count(*) FROM dedupe");
+        keys += e2e_count(shard, "SELECT count(*) FROM dedupe_keys");
     }
     assert_int_equal(misrouted, 1);
     assert_int_equal(keys, 1);

@@ -297,7 +297,7 @@ static void assert_reasons(const char *db)
               "SELECT 'unknown_type', 1",
               &want);
     assert_string_equal(got.data, want.data);
-    assert_int_equal(e2e_count(db, "SELECT count(*) FROM dedupe"), expected("accepted"));
+    assert_int_equal(e2e_count(db, "SELECT count(*) FROM dedupe_keys"), expected("accepted"));
     tally_buf_release(&got);
     tally_buf_release(&want);
 }

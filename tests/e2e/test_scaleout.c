@@ -425,7 +425,7 @@ static void test_three_meters_one_killed(void **state)
 
     /* Exactly once, across the shards. */
     assert_int_equal(progress(&s), s.st.messages);
-    assert_int_equal(shards_sum(&s, "SELECT count(*) FROM dedupe"), s.st.distinct);
+    assert_int_equal(shards_sum(&s, "SELECT count(*) FROM dedupe_keys"), s.st.distinct);
     assert_int_equal(shards_sum(&s, "SELECT count(DISTINCT origin) FROM quarantine"), s.st.poison);
     assert_int_equal(shards_sum(&s, "SELECT count(*) FROM quarantine"), s.st.poison);
     /* One writer at a time, proven per shard. */

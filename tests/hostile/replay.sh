@@ -72,11 +72,11 @@ for k in "$acme" "$rival"; do
   post "$k" /v1/events "[$(tok pre-1 //hosts/n1 acme-ai 2026-03-02T00:00:00Z 0)]"
   [ "$code" = 403 ] || fail "1. an account key sending usage got $code: $body"
 done
-[ "$(count "SELECT count(*) FROM dedupe")" = 0 ] || fail "1. an account key's event was stored"
+[ "$(count "SELECT count(*) FROM dedupe_keys")" = 0 ] || fail "1. an account key's event was stored"
 post "$host" /v1/events "[$(tok pre-1 //hosts/n1 acme-ai 2026-03-02T00:00:00Z 5),$(tok x //other/n acme-ai 2026-03-02T00:00:00Z 5)]"
 [ "$code" = 200 ] && grep -q source_not_allowed <<<"$body" ||
   fail "1. an ingest key outside its prefix got $code: $body"
-[ "$(count "SELECT count(*) FROM dedupe")" = 1 ] || fail "1. the ingest key's events were not stored as expected"
+[ "$(count "SELECT count(*) FROM dedupe_keys")" = 1 ] || fail "1. the ingest key's events were not stored as expected"
 ok "1. account keys sending usage: 403, nothing stored; an ingest key's own source stored, another refused per event"
 
 # ---- 2. events dated 1969 and 0001, with good events around them --------------

@@ -127,7 +127,7 @@ static void assert_counts_match(tally_ledger *l)
 {
     tally_ledger_counts c;
     assert_int_equal(tally_ledger_counts_get(l, &c), TALLY_OK);
-    assert_int_equal(c.dedupe_keys, query_int(l, "SELECT count(*) FROM dedupe"));
+    assert_int_equal(c.dedupe_keys, query_int(l, "SELECT count(*) FROM dedupe_keys"));
     assert_int_equal(c.quarantined, query_int(l, "SELECT count(*) FROM quarantine"));
     assert_int_equal(c.intervals, query_int(l, "SELECT count(*) FROM usage_intervals"));
     assert_int_equal(c.points, query_int(l, "SELECT count(*) FROM usage_points"));
@@ -250,7 +250,7 @@ static void test_card_quarantine(void **state)
     query_str(l, "SELECT detail FROM quarantine WHERE event_id = 'q2'", out);
     assert_non_null(strstr(out, "reserved"));
     /* Nothing of them was accepted: no keys, no usage, no account. */
-    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe"), 0);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe_keys"), 0);
     assert_int_equal(query_int(l, "SELECT count(*) FROM accounts"), 0);
     assert_counts_match(l);
     tally_batch_destroy(b);
@@ -436,7 +436,7 @@ static void test_offsets_cas(void **state)
     add(stale, &ev2);
     assert_int_equal(tally_batch_set_offset(stale, "usage", 0, 5, 20), TALLY_OK);
     assert_int_equal(tally_batch_commit(stale, NULL, NULL), TALLY_STALE);
-    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe"), 1);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe_keys"), 1);
     assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals"), 1);
     assert_int_equal(tally_ledger_offset_get(l, "usage", 0, &next), TALLY_OK);
     assert_int_equal(next, 10);
@@ -712,7 +712,7 @@ static void test_rollback(void **state)
     assert_non_null(strstr(tally_ledger_errmsg(l), "injected"));
     assert_int_equal(st.accepted + st.quarantined, 0);
     assert_int_equal(tally_batch_count(b), 0);
-    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe"), 1);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM dedupe_keys"), 1);
     assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine"), 0);
     assert_int_equal(query_int(l, "SELECT count(*) FROM offsets"), 0);
     assert_int_equal(card_seconds(l), 1);

@@ -636,7 +636,7 @@ static void test_fence(void **state)
     assert_int_equal(tally_batch_set_offset(b, TOPIC, 0, 30, 40), TALLY_OK);
     assert_int_equal(tally_batch_commit(b, NULL, NULL), TALLY_DB);
     assert_non_null(strstr(tally_ledger_errmsg(tally_shard_ledger(sh)), "shard fence"));
-    assert_int_equal(file_value(path, "SELECT count(*) FROM dedupe"), 30);
+    assert_int_equal(file_value(path, "SELECT count(*) FROM dedupe_keys"), 30);
     assert_int_equal(file_value(path, "SELECT next_offset FROM offsets"), 30);
     assert_int_equal(file_value(path, "SELECT writes FROM shard_owners WHERE epoch = 1"), 1);
     fx_close(&f);
@@ -718,7 +718,7 @@ static void test_cards_and_accounts(void **state)
     assert_int_equal(value(f.l, "SELECT count(*) FROM accounts WHERE id = 'acct-00'"), 1);
     tally_ledger_close(reader);
     /* main.db holds no usage: it is all in the shard. */
-    assert_int_equal(value(f.l, "SELECT count(*) FROM dedupe"), 0);
+    assert_int_equal(value(f.l, "SELECT count(*) FROM dedupe_keys"), 0);
     fx_close(&f);
 }
 

@@ -120,7 +120,7 @@ static inline bool rel_snap_read_ledger(tally_ledger *l, rel_snap *s, char *why,
     } q[] = {
         {"SELECT partition, next_offset FROM offsets WHERE topic = 'usage'", rel_row_offsets, 0},
         {"SELECT origin FROM quarantine", rel_row_origin, 0},
-        {"SELECT count(*) FROM dedupe", rel_row_long, offsetof(rel_snap, dedupe)},
+        {"SELECT count(*) FROM dedupe_keys", rel_row_long, offsetof(rel_snap, dedupe)},
         {"SELECT count(*) FROM quarantine", rel_row_long, offsetof(rel_snap, quarantine)},
         {"SELECT value FROM meta WHERE key = 'count_dedupe'", rel_row_long,
          offsetof(rel_snap, meta_dedupe)},

@@ -94,7 +94,7 @@ static inline int rel_event(rel_msg *m, char *buf, size_t cap, int inst, long se
     int cards = 1 + (inst + variant) % 8;
     m->usage = (int64_t)cards * 10;
     return snprintf(buf, cap,
-                    "{\"specversion\":\"1.0\",\"id\":\"a%d-%ld\",\"source\":\"//host-%d\","
+                    "{\"specversion\":\"1.0\",\"id\":\"a%d-%06ld\",\"source\":\"//host-%d\","
                     "\"type\":\"accelerator.usage\",\"subject\":\"acct-%02d\",\"time\":\"%s\","
                     "\"data\":{\"instance\":\"ins-%d\",\"sku\":\"%s\",\"pricing\":\"%s\","
                     "\"cards\":%d,\"seconds\":10}}",

@@ -1,0 +1,421 @@
+/* Tests for dedupe keys kept as runs (ledger/dedupe_runs.c,
+ * schemas/015_dedupe_runs.sql): which ids are runs, exact duplicates and
+ * conflicts against a model over random streams (out of order, gaps,
+ * repeats, runs that fill up, several widths and prefixes, commits of any
+ * size), the ids read back through the dedupe_keys view, a rolled-back
+ * commit, ledgers that held keys before the runs existed, and an edited run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "../../ledger/ledger_int.h"
+#include "tally/ledger_sql.h"
+
+#define T0 1772323200LL /* 2026-03-01T00:00:00Z */
+
+static int origin_seq;
+
+static tally_ledger *open_ledger(const char *tag)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/t.db", tu_tmpdir(tag));
+    return tu_open_priced(path);
+}
+
+/* One second of one card: content variant v changes the fingerprint. */
+static tally_event event(const char *source, const char *id, int v)
+{
+    tally_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.meter = TALLY_METER_ACCELERATOR;
+    ev.pricing = TALLY_PRICING_ON_DEMAND;
+    ev.time_s = T0;
+    ev.seconds = 1;
+    ev.weight = 1 + v;
+    snprintf(ev.id, sizeof ev.id, "%s", id);
+    snprintf(ev.source, sizeof ev.source, "%s", source);
+    snprintf(ev.account, sizeof ev.account, "acme");
+    snprintf(ev.resource, sizeof ev.resource, "i-1");
+    snprintf(ev.dim, sizeof ev.dim, "h100");
+    uint64_t h[2];
+    char buf[300];
+    int n = snprintf(buf, sizeof buf, "%s|%s|%d", source, id, v);
+    tally_hash128(buf, (size_t)n, 7, h);
+    ev.fingerprint = h[0];
+    return ev;
+}
+
+static void add(tally_batch *b, const tally_event *ev)
+{
+    char origin[64];
+    snprintf(origin, sizeof origin, "test:%d", ++origin_seq);
+    assert_int_equal(tally_batch_add_event(b, ev, ev->id, strlen(ev->id), origin), TALLY_OK);
+}
+
+static void commit_ok(tally_batch *b, tally_event_result *results)
+{
+    tally_err e = tally_batch_commit(b, NULL, results);
+    if (e != TALLY_OK)
+        fail_msg("commit: %s: %s", tally_err_name(e), tally_ledger_errmsg(b->l));
+}
+
+static tally_err rows_cb(void *ctx, int ncols, const char *const *cols)
+{
+    tally_buf *out = ctx;
+    tally_err e = tally_buf_puts(out, ncols > 0 && cols[0] ? cols[0] : "(null)");
+    return e == TALLY_OK ? tally_buf_puts(out, "\n") : e;
+}
+
+static int64_t keys(tally_ledger *l)
+{
+    return tu_query_int(l, "SELECT count(*) FROM dedupe_keys", NULL);
+}
+
+/* Runs of one (src, prefix, width) that overlap, or that hold more ids than
+ * a run may: both must never exist. */
+static void assert_runs_sound(tally_ledger *l)
+{
+    assert_int_equal(tu_query_int(l,
+                                  "SELECT count(*) FROM (SELECT lo, lo + length(fps) / 6 AS hi, "
+                                  "lead(lo) OVER (PARTITION BY src, prefix, width ORDER BY lo) "
+                                  "AS nxt FROM dedupe_runs) WHERE nxt < hi",
+                                  NULL),
+                     0);
+    assert_int_equal(
+        tu_query_int(l, "SELECT count(*) FROM dedupe_runs WHERE length(fps) > 978", NULL), 0);
+}
+
+static void test_split(void **state)
+{
+    (void)state;
+    runs_id k;
+    assert_true(runs_split("h00347-000000000123", 19, &k));
+    assert_int_equal(k.prefix_len, 7);
+    assert_int_equal(k.width, 12);
+    assert_int_equal(k.n, 123);
+    assert_true(runs_split("0000", 4, &k));
+    assert_int_equal(k.prefix_len, 0);
+    assert_int_equal(k.n, 0);
+    assert_true(runs_split("x999999999999999999", 19, &k)); /* 18 digits */
+    assert_int_equal(k.n, 999999999999999999LL);
+    assert_false(runs_split("9999999999999999999", 19, &k)); /* 19: not a run id */
+    assert_false(runs_split("evt-123", 7, &k));              /* 3 digits */
+    assert_false(runs_split("0b9c2f1e-7d3a-4f6b-8e21-5a4c3b2d1e0f", 36, &k));
+    assert_false(runs_split("", 0, &k));
+}
+
+/* The model: every (source, id) seen, with the variant it was first seen
+ * with. Ids are small, so a linear table is enough. */
+typedef struct model {
+    char key[4096][300];
+    int variant[4096];
+    int n;
+} model;
+
+static tally_event_result model_add(model *m, const tally_event *ev, int v)
+{
+    char key[300];
+    snprintf(key, sizeof key, "%s|%s", ev->source, ev->id);
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->key[i], key) == 0)
+            return m->variant[i] == v ? TALLY_RESULT_DUPLICATE : TALLY_RESULT_CONFLICT;
+    assert_true(m->n < 4096);
+    snprintf(m->key[m->n], sizeof m->key[0], "%s", key);
+    m->variant[m->n++] = v;
+    return TALLY_RESULT_ACCEPTED;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* A random id of a few sources and prefixes: counters of two widths that
+ * mostly count up (runs fill and roll over at 163), jump back, skip ahead
+ * and repeat; some ids are no run at all. */
+static void random_id(uint64_t *s, int64_t *next, char *source, char *id)
+{
+    int src = (int)(rnd(s) % 3);
+    snprintf(source, 64, "//hosts/h%d", src);
+    uint64_t shape = rnd(s) % 100;
+    if (shape < 5) {
+        snprintf(id, 64, "free-%c%c", (char)('a' + rnd(s) % 26), (char)('a' + rnd(s) % 3));
+        return;
+    }
+    int64_t *c = &next[src];
+    int64_t n;
+    if (shape < 88)
+        n = (*c)++; /* counts up */
+    else if (shape < 94)
+        n = (int64_t)(rnd(s) % (uint64_t)(*c + 1)); /* late or repeated */
+    else if (shape < 97)
+        n = (*c += (int64_t)(rnd(s) % 20)); /* a gap */
+    else
+        n = (int64_t)(rnd(s) % 400);
+    if (src != 2 || shape % 4)
+        snprintf(id, 64, "r-%06lld", (long long)n);
+    else
+        snprintf(id, 64, "r-%07lld", (long long)n); /* another width: other ids */
+}
+
+static void test_random_streams(void **state)
+{
+    (void)state;
+    static model m;
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "runs-random-%d", (int)seed);
+        tally_ledger *l = open_ledger(tag);
+        tally_batch *b;
+        assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+        memset(&m, 0, sizeof m);
+        uint64_t s = seed * 0x9E3779B97F4A7C15ULL;
+        int64_t next[3] = {0, 5000, 123456};
+        for (int done = 0; done < 3000;) {
+            int size = 1 + (int)(rnd(&s) % (seed % 2 ? 400 : 20));
+            tally_event_result want[400], got[400];
+            for (int i = 0; i < size; i++) {
+                char source[64], id[64];
+                random_id(&s, next, source, id);
+                int v = rnd(&s) % 20 == 0; /* one in 20: other content */
+                tally_event ev = event(source, id, v);
+                want[i] = model_add(&m, &ev, v);
+                add(b, &ev);
+            }
+            commit_ok(b, got);
+            for (int i = 0; i < size; i++)
+                if (want[i] != got[i])
+                    fail_msg("seed %d, event %d: %s, want %s", (int)seed, done + i,
+                             tally_event_result_name(got[i]), tally_event_result_name(want[i]));
+            done += size;
+        }
+        assert_int_equal(keys(l), m.n);
+        tally_ledger_counts c;
+        assert_int_equal(tally_ledger_counts_get(l, &c), TALLY_OK);
+        assert_int_equal(c.dedupe_keys, m.n);
+        assert_runs_sound(l);
+        tally_batch_destroy(b);
+        tally_ledger_close(l);
+    }
+}
+
+/* Ids that count up fill runs of 163 (a prefix of 2 bytes), whatever the
+ * commits' sizes: 1,000 ids are 7 rows. */
+static void test_full_runs(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-full");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    for (int i = 0; i < 1000; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "r-%08d", i);
+        tally_event ev = event("//hosts/a", id, 0);
+        add(b, &ev);
+        if (i % 7 == 6 || i == 999)
+            commit_ok(b, NULL);
+    }
+    assert_int_equal(tu_query_int(l, "SELECT count(*) FROM dedupe_runs", NULL), 7);
+    assert_int_equal(
+        tu_query_int(l, "SELECT count(*) FROM dedupe_runs WHERE length(fps) = 978", NULL), 6);
+    assert_int_equal(tu_query_int(l, "SELECT max(lo) FROM dedupe_runs", NULL), 6 * 163);
+    assert_int_equal(keys(l), 1000);
+    /* Each of them again is a duplicate, each with other content a conflict. */
+    tally_event_result r[2];
+    for (int i = 0; i < 1000; i += 37) {
+        char id[32];
+        snprintf(id, sizeof id, "r-%08d", i);
+        tally_event ev = event("//hosts/a", id, 0);
+        add(b, &ev);
+        ev = event("//hosts/a", id, 1);
+        add(b, &ev);
+        commit_ok(b, r);
+        assert_int_equal(r[0], TALLY_RESULT_DUPLICATE);
+        assert_int_equal(r[1], TALLY_RESULT_CONFLICT);
+    }
+    assert_int_equal(keys(l), 1000);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* Runs that touch: 9 came before 8, so [8] and [9] are two runs. A replay
+ * of 8 then 9 finds 9 in its own run, never appended to 8's. */
+static void test_adjacent_runs(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-adjacent");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    const char *order[] = {"r-0009", "r-0008"};
+    for (int i = 0; i < 2; i++) {
+        tally_event ev = event("//hosts/a", order[i], 0);
+        add(b, &ev);
+        commit_ok(b, NULL);
+    }
+    const char *replay[] = {"r-0100", "r-0008", "r-0009", "r-0010"};
+    tally_event_result r[4];
+    for (int i = 0; i < 4; i++) {
+        tally_event ev = event("//hosts/a", replay[i], i == 2);
+        add(b, &ev);
+    }
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[2], TALLY_RESULT_CONFLICT); /* 9 with other content */
+    assert_int_equal(r[3], TALLY_RESULT_ACCEPTED); /* extends 9's run */
+    assert_int_equal(keys(l), 4);
+    assert_int_equal(tu_query_int(l, "SELECT count(*) FROM dedupe_runs", NULL), 3);
+    assert_runs_sound(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* The view gives back each id exactly, with its width and prefix. */
+static void test_view_ids(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-view");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    const char *ids[] = {"0000",           "0001",          "node-7-000123",
+                         "node-7-0000123", "node-7-000124", "x999999999999999999",
+                         "free-id",        "ünï-0042"};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        tally_event ev = event("//hosts/a", ids[i], 0);
+        add(b, &ev);
+    }
+    commit_ok(b, NULL);
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tally_ledger_query(l, "SELECT CAST(id AS TEXT) FROM dedupe_keys ORDER BY 1",
+                                        NULL, 0, rows_cb, &out),
+                     TALLY_OK);
+    assert_string_equal(out.data, "0000\n0001\nfree-id\nnode-7-0000123\nnode-7-000123\n"
+                                  "node-7-000124\nx999999999999999999\nünï-0042\n");
+    tally_buf_release(&out);
+    /* Seven run ids in five runs; one id in the dedupe table. */
+    assert_int_equal(tu_query_int(l, "SELECT count(*) FROM dedupe_runs", NULL), 5);
+    assert_int_equal(tu_query_int(l, "SELECT count(*) FROM dedupe", NULL), 1);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* A commit that fails after its runs were written leaves none of them, and
+ * the same events are new to the next commit. */
+static void test_rollback(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-rollback");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event ev = event("//hosts/a", "r-0001", 0);
+    add(b, &ev);
+    commit_ok(b, NULL);
+    assert_int_equal(tally_ledger_exec(l, "CREATE TEMP TRIGGER boom BEFORE INSERT ON "
+                                          "usage_points BEGIN SELECT RAISE(ABORT, 'boom'); END"),
+                     TALLY_OK);
+    ev = event("//hosts/a", "r-0002", 0);
+    add(b, &ev);
+    tally_event pt = event("//hosts/a", "p-0001", 0);
+    pt.meter = TALLY_METER_TRAFFIC;
+    snprintf(pt.dim, sizeof pt.dim, "internet");
+    snprintf(pt.dim2, sizeof pt.dim2, "egress");
+    add(b, &pt);
+    assert_int_not_equal(tally_batch_commit(b, NULL, NULL), TALLY_OK);
+    assert_int_equal(keys(l), 1);
+    assert_int_equal(tally_ledger_exec(l, "DROP TRIGGER boom"), TALLY_OK);
+    ev = event("//hosts/a", "r-0002", 0);
+    add(b, &ev);
+    ev = event("//hosts/a", "r-0001", 0);
+    add(b, &ev);
+    tally_event_result r[2];
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(keys(l), 2);
+    assert_int_equal(tu_query_int(l, "SELECT count(*) FROM dedupe_runs", NULL), 1);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* A ledger with keys from before migration 15 finds an id of the run form
+ * in the dedupe table: a replay of it is still a duplicate (or conflict). */
+static void test_legacy_keys(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-legacy");
+    tally_event old = event("//hosts/a", "r-0007", 0);
+    uint64_t h[2];
+    tally_hash128(old.source, strlen(old.source), 0, h);
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO dedupe(src, id, fp) VALUES (%lld, CAST('r-0007' AS BLOB), %lld); "
+             "UPDATE meta SET value = 1 WHERE key = 'dedupe_legacy'",
+             (long long)h[0], (long long)old.fingerprint);
+    assert_int_equal(tally_ledger_exec(l, sql), TALLY_OK);
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    add(b, &old);
+    tally_event other = event("//hosts/a", "r-0007", 1);
+    add(b, &other);
+    tally_event next = event("//hosts/a", "r-0008", 0);
+    add(b, &next);
+    tally_event_result r[3];
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[1], TALLY_RESULT_CONFLICT);
+    assert_int_equal(r[2], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(keys(l), 2);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* A run edited into a malformed row stops the commit with a clear error
+ * and changes nothing; tally verify names it. */
+static void test_edited_run(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-edited");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event ev = event("//hosts/a", "r-0001", 0);
+    add(b, &ev);
+    commit_ok(b, NULL);
+    assert_int_equal(tally_ledger_exec(l, "PRAGMA ignore_check_constraints = 1; UPDATE "
+                                          "dedupe_runs SET fps = x'0102'; PRAGMA "
+                                          "ignore_check_constraints = 0"),
+                     TALLY_OK);
+    ev = event("//hosts/a", "r-0002", 0);
+    add(b, &ev);
+    assert_int_equal(tally_batch_commit(b, NULL, NULL), TALLY_TAMPERED);
+    assert_non_null(strstr(tally_ledger_errmsg(l), "dedupe run"));
+    assert_int_equal(tu_query_int(l, "SELECT length(fps) FROM dedupe_runs", NULL), 2);
+    char why[512];
+    assert_int_equal(tally_ledger_verify(l, NULL, why, sizeof why), TALLY_TAMPERED);
+    assert_non_null(strstr(why, "CHECK constraint failed in dedupe_runs"));
+    /* Two runs made to overlap: a key would have two places. */
+    assert_int_equal(tally_ledger_exec(l, "UPDATE dedupe_runs SET fps = zeroblob(12); "
+                                          "INSERT INTO dedupe_runs(src, prefix, width, lo, fps) "
+                                          "SELECT src, prefix, width, 2, zeroblob(6) FROM "
+                                          "dedupe_runs"),
+                     TALLY_OK);
+    assert_int_equal(tally_ledger_verify(l, NULL, why, sizeof why), TALLY_TAMPERED);
+    assert_string_equal(why, "dedupe run 1: overlaps the run at 2 of its source");
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split),       cmocka_unit_test(test_random_streams),
+        cmocka_unit_test(test_full_runs),   cmocka_unit_test(test_adjacent_runs),
+        cmocka_unit_test(test_view_ids),    cmocka_unit_test(test_rollback),
+        cmocka_unit_test(test_legacy_keys), cmocka_unit_test(test_edited_run),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
