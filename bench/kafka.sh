@@ -87,7 +87,7 @@ meter_run() { # name env -> sets rate, prints the line
   ms=$(( last - first ))
   rate=$(( msgs * 1000 / (ms > 0 ? ms : 1) ))
   echo "$name: $(cat "$work/$name.out") consume_ms=$ms rate=$rate rss_mb=$(peak_rss_mb "$work/$name.err") cpu_s=$(cpu_s "$work/$name.err") ledger_mb=$(du -m "$work/$name.db" | cut -f1)"
-  rm -f "$work/$name.db" "$work/$name.db-wal" "$work/$name.db-shm"
+  [ "${KEEP:-0}" = 1 ] || rm -f "$work/$name.db" "$work/$name.db-wal" "$work/$name.db-shm"
 }
 meter_rate=0
 nobal_rate=0

@@ -25,13 +25,11 @@
 static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_DEDUPE_INS] = "INSERT INTO dedupe(src, id, fp) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
     [ST_DEDUPE_FP] = "SELECT fp FROM dedupe WHERE src = ?1 AND id = ?2",
-    [ST_RUN_FIND] = "SELECT lo, fps, id FROM dedupe_runs WHERE src = ?1 AND prefix = ?2 AND "
-                    "width = ?3 AND lo <= ?4 ORDER BY lo DESC LIMIT 1",
-    [ST_RUN_NEXT] = "SELECT lo FROM dedupe_runs WHERE src = ?1 AND prefix = ?2 AND width = ?3 "
-                    "AND lo > ?4 ORDER BY lo LIMIT 1",
-    [ST_RUN_INS] = "INSERT INTO dedupe_runs(src, prefix, width, lo, fps) VALUES (?1, ?2, ?3, ?4, "
-                   "?5) ON CONFLICT DO NOTHING",
-    [ST_RUN_UPD] = "UPDATE dedupe_runs SET fps = ?5 WHERE id = ?6 AND src = ?1 AND "
+    [ST_RUN_FIND] = "SELECT id, bits, fps FROM dedupe_runs WHERE src = ?1 AND prefix = ?2 AND "
+                    "width = ?3 AND lo = ?4",
+    [ST_RUN_INS] = "INSERT INTO dedupe_runs(src, prefix, width, lo, bits, fps) VALUES (?1, ?2, "
+                   "?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+    [ST_RUN_UPD] = "UPDATE dedupe_runs SET bits = ?5, fps = ?6 WHERE id = ?7 AND src = ?1 AND "
                    "prefix = ?2 AND width = ?3 AND lo = ?4",
     [ST_QUARANTINE] = "INSERT INTO quarantine(origin, reason, detail, source, event_id, raw, "
                       "created_at, key_id, raw_size, raw_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "

@@ -1,15 +1,15 @@
 /* Dedupe keys of ids that count up, kept as runs (schemas/015_dedupe_runs.sql).
  *
- * An id ending in 4 to 18 decimal digits is (prefix, width, n). A run is
- * one dedupe_runs row: the fingerprints of n = lo, lo+1, ..., at most
- * RUN_MAX of them. Runs of one (source, prefix, width) never overlap, so
- * the run that may hold n is the stored one with the greatest lo <= n.
+ * An id ending in 4 to 18 decimal digits is (prefix, width, n). Its run is
+ * the dedupe_runs row of (source, prefix, width, lo = n - n % RUN_SPAN): a
+ * bitmap of the values seen in the window and their fingerprints in the
+ * order of n. The row follows from the id alone, so arrival order never
+ * matters and a key has exactly one place.
  *
- * Within a commit the batch keeps, per (source, prefix, width), the run it
- * last used (run_slot): a source's next id is then checked and appended in
- * memory, and the run is written once when the commit ends, or when the
- * source moves to another run. A source whose ids count up therefore costs
- * two B-tree lookups and one row write per commit, instead of a row per
+ * Within a commit the batch keeps every run it used (run_slot): an id is
+ * checked and recorded in memory, and each changed run is written once when
+ * the commit ends. A source whose ids count up therefore costs one lookup
+ * and one row write per commit and window of 160 ids, instead of a row per
  * event. Nothing is kept from one commit to the next: every commit reads
  * what is stored, so another writer or a rolled-back commit cannot leave a
  * stale run behind. */
@@ -19,30 +19,26 @@
 
 #include "ledger_int.h"
 
-#define FP_BYTES 6
-/* A full run's row is about a quarter of a 4 KiB page, so that full runs
- * pack four to a page whatever the prefix's length: run_cap() ids, at most
- * RUN_MAX. */
-#define RUN_MAX   163
-#define ROW_BYTES 985 /* fingerprints plus prefix */
-#define FP_MASK   ((UINT64_C(1) << (8 * FP_BYTES)) - 1)
+#define FP_BYTES   6
+#define RUN_SPAN   160 /* ids per run: a full run is ~1,000 bytes, 4 to a page */
+#define BITS_BYTES (RUN_SPAN / 8)
+#define FP_MASK    ((UINT64_C(1) << (8 * FP_BYTES)) - 1)
 /* Runs kept in memory by one commit; when full, they are written and
  * forgotten (the next use of one reads it again). */
 #define SLOTS_MAX 4096
 
 struct run_slot {
-    uint64_t hash; /* of (src, prefix, width) */
     int64_t src;
-    int64_t lo;      /* first n of the run */
-    int64_t next_lo; /* lo of the next stored run, INT64_MAX when none */
-    int64_t row;     /* its rowid when stored */
-    uint32_t count;  /* ids in the run */
-    bool stored;     /* a row with this lo exists (UPDATE, not INSERT) */
+    int64_t lo;
+    int64_t row;    /* its rowid when stored */
+    uint32_t count; /* ids in the run: bits set, fingerprints held */
+    bool stored;    /* a row exists (UPDATE, not INSERT) */
     bool dirty;
     uint8_t width;
     uint8_t prefix_len;
     char prefix[TALLY_ID_MAX];
-    uint8_t fps[RUN_MAX * FP_BYTES];
+    uint8_t bits[BITS_BYTES];
+    uint8_t fps[RUN_SPAN * FP_BYTES];
 };
 
 bool runs_split(const char *id, size_t len, runs_id *out)
@@ -62,16 +58,9 @@ bool runs_split(const char *id, size_t len, runs_id *out)
     return true;
 }
 
-static uint64_t slot_hash(int64_t src, const runs_id *k)
-{
-    uint64_t h[2];
-    tally_hash128(k->prefix, k->prefix_len, (uint64_t)src ^ ((uint64_t)k->width << 56), h);
-    return h[0];
-}
-
 typedef struct slot_probe {
     const runs_cache *c;
-    int64_t src;
+    int64_t src, lo;
     const runs_id *k;
 } slot_probe;
 
@@ -79,7 +68,8 @@ static bool slot_eq(const void *ctx, uint32_t idx)
 {
     const slot_probe *p = ctx;
     const struct run_slot *s = &p->c->slots[idx];
-    return s->src == p->src && s->width == p->k->width && s->prefix_len == p->k->prefix_len &&
+    return s->src == p->src && s->lo == p->lo && s->width == p->k->width &&
+           s->prefix_len == p->k->prefix_len &&
            memcmp(s->prefix, p->k->prefix, p->k->prefix_len) == 0;
 }
 
@@ -88,12 +78,7 @@ static void bind_key(sqlite3_stmt *st, const struct run_slot *s)
     sqlite3_bind_int64(st, 1, s->src);
     sqlite3_bind_blob(st, 2, s->prefix, s->prefix_len, SQLITE_STATIC);
     sqlite3_bind_int(st, 3, s->width);
-}
-
-static uint32_t run_cap(const struct run_slot *s)
-{
-    uint32_t cap = (uint32_t)(ROW_BYTES - s->prefix_len) / FP_BYTES;
-    return cap < RUN_MAX ? cap : RUN_MAX;
+    sqlite3_bind_int64(st, 4, s->lo);
 }
 
 /* Writes s's run if this commit changed it. */
@@ -103,10 +88,10 @@ static tally_err slot_write(tally_batch *b, struct run_slot *s)
         return TALLY_OK;
     sqlite3_stmt *st = b->st[s->stored ? ST_RUN_UPD : ST_RUN_INS];
     bind_key(st, s);
-    sqlite3_bind_int64(st, 4, s->lo);
-    sqlite3_bind_blob(st, 5, s->fps, (int)(s->count * FP_BYTES), SQLITE_STATIC);
+    sqlite3_bind_blob(st, 5, s->bits, BITS_BYTES, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 6, s->fps, (int)(s->count * FP_BYTES), SQLITE_STATIC);
     if (s->stored)
-        sqlite3_bind_int64(st, 6, s->row);
+        sqlite3_bind_int64(st, 7, s->row);
     tally_err e = batch_step(b, st);
     if (e == TALLY_OK && sqlite3_changes(b->l->db) != 1) {
         snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe run at %lld %s", (long long)s->lo,
@@ -122,75 +107,68 @@ static tally_err slot_write(tally_batch *b, struct run_slot *s)
     return e;
 }
 
-/* The lo of the first stored run after n, or INT64_MAX. */
-static tally_err next_lo(tally_batch *b, const struct run_slot *s, int64_t n, int64_t *out)
+static uint32_t bits_count(const uint8_t *bits, uint32_t upto)
 {
-    sqlite3_stmt *st = b->st[ST_RUN_NEXT];
-    bind_key(st, s);
-    sqlite3_bind_int64(st, 4, n);
-    int rc = sqlite3_step(st);
-    *out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : INT64_MAX;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(b->l, rc);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < upto / 8; i++)
+        n += (uint32_t)__builtin_popcount(bits[i]);
+    if (upto % 8)
+        n += (uint32_t)__builtin_popcount(bits[upto / 8] & ((1u << (upto % 8)) - 1));
+    return n;
 }
 
-/* A stored row as read: its fingerprints must be whole and within a run. */
+/* A stored row as read: its bitmap must count its fingerprints. */
 static tally_err take_row(tally_batch *b, struct run_slot *s, sqlite3_stmt *st)
 {
-    int bytes = sqlite3_column_bytes(st, 1);
-    const void *fps = sqlite3_column_blob(st, 1);
-    if (bytes < FP_BYTES || bytes > RUN_MAX * FP_BYTES || bytes % FP_BYTES || !fps) {
+    int nbits = sqlite3_column_bytes(st, 1);
+    const void *bits = sqlite3_column_blob(st, 1);
+    int bytes = sqlite3_column_bytes(st, 2);
+    const void *fps = sqlite3_column_blob(st, 2);
+    if (nbits == BITS_BYTES && bits)
+        memcpy(s->bits, bits, BITS_BYTES);
+    if (nbits != BITS_BYTES || !bits || !fps || bytes % FP_BYTES ||
+        (uint32_t)bytes != bits_count(s->bits, RUN_SPAN) * FP_BYTES) {
         snprintf(b->l->errmsg, sizeof b->l->errmsg,
-                 "dedupe run at %lld holds %d bytes of fingerprints (edited?)",
+                 "dedupe run %lld: its bitmap does not count its %d bytes of fingerprints "
+                 "(edited?)",
                  (long long)sqlite3_column_int64(st, 0), bytes);
         return TALLY_TAMPERED;
     }
-    s->lo = sqlite3_column_int64(st, 0);
+    s->row = sqlite3_column_int64(st, 0);
     s->count = (uint32_t)(bytes / FP_BYTES);
-    s->row = sqlite3_column_int64(st, 2);
     memcpy(s->fps, fps, (size_t)bytes);
     s->stored = true;
     return TALLY_OK;
 }
 
-/* Points s at the run that holds n or that n extends, or at a new empty
- * run at n: the stored run with the greatest lo <= n decides. */
-static tally_err slot_load(tally_batch *b, struct run_slot *s, int64_t n)
+/* Reads s's stored run, or starts it empty. */
+static tally_err slot_load(tally_batch *b, struct run_slot *s)
 {
     sqlite3_stmt *st = b->st[ST_RUN_FIND];
     bind_key(st, s);
-    sqlite3_bind_int64(st, 4, n);
     int rc = sqlite3_step(st);
     tally_err e = TALLY_OK;
-    s->stored = false;
-    s->dirty = false;
+    s->stored = s->dirty = false;
+    s->count = 0;
+    memset(s->bits, 0, sizeof s->bits);
     if (rc == SQLITE_ROW)
         e = take_row(b, s, st);
     else if (rc != SQLITE_DONE)
         e = ledger_sqlite_err(b->l, rc);
     sqlite3_reset(st);
-    if (e != TALLY_OK)
-        return e;
-    if (s->stored && n < s->lo + s->count) {
-        /* n is in it. Unknown what follows the run, so an append reads again. */
-        s->next_lo = s->lo + s->count;
-        return TALLY_OK;
-    }
-    if (!s->stored || n > s->lo + s->count || s->count >= run_cap(s)) {
-        s->lo = n; /* a run of its own */
-        s->count = 0;
-        s->stored = false;
-    }
-    return next_lo(b, s, n, &s->next_lo);
+    return e;
 }
 
-/* The slot of (src, k), new (and loaded for k->n) when this commit has none. */
+/* The slot of (src, k)'s run, read when this commit has not used it yet. */
 static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct run_slot **out)
 {
     runs_cache *c = &b->runs;
-    uint64_t hash = slot_hash(src, k);
-    slot_probe p = {c, src, k};
-    int64_t i = c->n ? idx_table_find(&c->index, hash, slot_eq, &p) : -1;
+    int64_t lo = k->n - k->n % RUN_SPAN;
+    uint64_t h[2];
+    tally_hash128(k->prefix, k->prefix_len,
+                  (uint64_t)src ^ (uint64_t)lo * 0x9E3779B97F4A7C15ULL ^ (uint64_t)k->width, h);
+    slot_probe p = {c, src, lo, k};
+    int64_t i = c->n ? idx_table_find(&c->index, h[0], slot_eq, &p) : -1;
     if (i >= 0) {
         *out = &c->slots[i];
         return TALLY_OK;
@@ -205,43 +183,38 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
     if (e != TALLY_OK)
         return e;
     struct run_slot *s = &c->slots[c->n];
-    s->hash = hash;
     s->src = src;
+    s->lo = lo;
     s->width = (uint8_t)k->width;
     s->prefix_len = (uint8_t)k->prefix_len;
     memcpy(s->prefix, k->prefix, k->prefix_len);
-    e = slot_load(b, s, k->n);
+    e = slot_load(b, s);
     if (e != TALLY_OK)
         return e;
-    idx_table_insert(&c->index, hash, (uint32_t)c->n++);
+    idx_table_insert(&c->index, h[0], (uint32_t)c->n++);
     *out = s;
     return TALLY_OK;
 }
 
-static uint64_t fp_at(const struct run_slot *s, int64_t n)
+static uint64_t fp_get(const uint8_t *p)
 {
-    const uint8_t *p = s->fps + (size_t)(n - s->lo) * FP_BYTES;
     uint64_t v = 0;
     for (int i = 0; i < FP_BYTES; i++)
         v = v << 8 | p[i];
     return v;
 }
 
-static void fp_put(struct run_slot *s, uint64_t fp)
+/* Records fp for slot k of s, keeping the fingerprints in the order of n. */
+static void fp_insert(struct run_slot *s, uint32_t k, uint64_t fp)
 {
-    uint8_t *p = s->fps + (size_t)s->count * FP_BYTES;
+    uint32_t at = bits_count(s->bits, k);
+    uint8_t *p = s->fps + (size_t)at * FP_BYTES;
+    memmove(p + FP_BYTES, p, (size_t)(s->count - at) * FP_BYTES);
     for (int i = FP_BYTES - 1; i >= 0; i--, fp >>= 8)
         p[i] = (uint8_t)fp;
+    s->bits[k / 8] |= (uint8_t)(1u << (k % 8));
     s->count++;
     s->dirty = true;
-}
-
-/* n is in s's run, or s's run can take n as its next id. */
-static bool slot_serves(const struct run_slot *s, int64_t n)
-{
-    if (n >= s->lo && n < s->lo + s->count)
-        return true;
-    return n == s->lo + s->count && s->count < run_cap(s) && n < s->next_lo;
 }
 
 tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fingerprint,
@@ -249,19 +222,16 @@ tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fi
 {
     struct run_slot *s;
     tally_err e = slot_of(b, src, k, &s);
-    if (e == TALLY_OK && !slot_serves(s, k->n)) {
-        e = slot_write(b, s);
-        if (e == TALLY_OK)
-            e = slot_load(b, s, k->n);
-    }
     if (e != TALLY_OK)
         return e;
+    uint32_t slot = (uint32_t)(k->n - s->lo);
     uint64_t fp = fingerprint & FP_MASK;
-    if (k->n < s->lo + s->count) {
-        *res = fp_at(s, k->n) == fp ? TALLY_RESULT_DUPLICATE : TALLY_RESULT_CONFLICT;
+    if (s->bits[slot / 8] & (1u << (slot % 8))) {
+        uint64_t stored = fp_get(s->fps + (size_t)bits_count(s->bits, slot) * FP_BYTES);
+        *res = stored == fp ? TALLY_RESULT_DUPLICATE : TALLY_RESULT_CONFLICT;
         return TALLY_OK;
     }
-    fp_put(s, fp);
+    fp_insert(s, slot, fp);
     *res = TALLY_RESULT_ACCEPTED;
     return TALLY_OK;
 }

@@ -425,7 +425,6 @@ enum batch_stmt {
     ST_DEDUPE_INS,
     ST_DEDUPE_FP,
     ST_RUN_FIND,
-    ST_RUN_NEXT,
     ST_RUN_INS,
     ST_RUN_UPD,
     ST_QUARANTINE,

@@ -356,12 +356,6 @@ static const char *const sql_checks_derived[] = {
     "p.dim2 || ' second ' || p.t_s || ' has no hourly sum' FROM usage_points p WHERE NOT EXISTS "
     "(SELECT 1 FROM usage_points_hourly h WHERE h.account = p.account AND h.meter = p.meter "
     "AND h.dim = p.dim AND h.dim2 = p.dim2 AND h.hour_s = p.t_s - p.t_s % 3600) LIMIT 1",
-    /* dedupe runs (schemas/015_dedupe_runs.sql): no two runs of one prefix
-     * overlap, so a key has one place (integrity_check already holds each
-     * row to its CHECKs: whole fingerprints, at most 163) */
-    "SELECT 'dedupe run ' || id || ': overlaps the run at ' || nxt || ' of its source' FROM "
-    "(SELECT id, lo + length(fps) / 6 AS hi, lead(lo) OVER (PARTITION BY src, prefix, width "
-    "ORDER BY lo) AS nxt FROM dedupe_runs) WHERE nxt < hi ORDER BY id LIMIT 1",
     NULL,
 };
 
