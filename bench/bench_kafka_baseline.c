@@ -27,10 +27,11 @@ static int64_t now_ms(void)
 static rd_kafka_t *make_consumer(const char *brokers, const char *group)
 {
     const char *kv[][2] = {
-        {"bootstrap.servers", brokers},          {"group.id", group},
-        {"enable.auto.commit", "false"},         {"enable.auto.offset.store", "false"},
-        {"auto.offset.reset", "earliest"},       {"fetch.wait.max.ms", "100"},
-        {"queued.max.messages.kbytes", "32768"}, {"log.connection.close", "false"}};
+        {"bootstrap.servers", brokers},     {"group.id", group},
+        {"enable.auto.commit", "false"},    {"enable.auto.offset.store", "false"},
+        {"auto.offset.reset", "earliest"},  {"fetch.wait.max.ms", "100"},
+        {"fetch.max.bytes", "16777216"},    {"queued.max.messages.kbytes", "131072"},
+        {"queued.min.messages", "1000000"}, {"log.connection.close", "false"}};
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
