@@ -126,6 +126,11 @@ size_t tally_batch_count(const tally_batch *b)
     return b->n_items;
 }
 
+size_t tally_batch_bytes(const tally_batch *b)
+{
+    return b->arena_len;
+}
+
 /* ---- Queueing ------------------------------------------------------------- */
 
 /* Copies len bytes (plus a NUL when nul) into the arena; *off is where. */

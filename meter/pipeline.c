@@ -100,7 +100,8 @@ size_t tally_pipeline_pending(const tally_pipeline *p)
 
 bool tally_pipeline_full(const tally_pipeline *p)
 {
-    return p->batch_max > 0 && tally_batch_count(p->b) >= p->batch_max;
+    return (p->batch_max > 0 && tally_batch_count(p->b) >= p->batch_max) ||
+           tally_batch_bytes(p->b) >= TALLY_PIPELINE_FULL_BYTES;
 }
 
 tally_err tally_pipeline_commit(tally_pipeline *p, tally_event_result *results)

@@ -111,11 +111,51 @@ static void test_stream_never_aborts(void **state)
     tally_ledger_close(l);
 }
 
+/* A stream of large messages fills a batch by bytes long before any count
+ * does: the pipeline says full at 64 MiB, so the caller commits instead of
+ * the batch refusing a message at its own 512 MiB bound (a file of 10,000
+ * maximal lines used to fail ingest at about line 8,000). */
+static void test_full_by_bytes(void **state)
+{
+    (void)state;
+    char db[600], why[256], origin[64];
+    snprintf(db, sizeof db, "%s/p.db", tu_tmpdir("pipeline-bytes"));
+    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", db), 0);
+    tally_ledger *l = NULL;
+    if (tally_ledger_open(db, &l, why, sizeof why) != TALLY_OK)
+        fail_msg("%s", why);
+    tally_pipeline *p = NULL;
+    assert_int_equal(tally_pipeline_create(l, 1000000, &p), TALLY_OK);
+    static char msg[TALLY_EVENT_MAX_BYTES];
+    const size_t pad = TALLY_EVENT_MAX_BYTES - 512;
+    size_t i = 0;
+    for (; i < 2000 && !tally_pipeline_full(p); i++) {
+        int n = snprintf(msg, sizeof msg,
+                         "{\"specversion\":\"1.0\",\"id\":\"big-%06zu\",\"source\":\"//h\","
+                         "\"type\":\"tokens.usage\",\"subject\":\"acme\",\"time\":"
+                         "\"2026-03-10T00:00:00Z\",\"data\":{\"model\":\"qwen-72b\",\"kind\":"
+                         "\"input\",\"tokens\":1},\"pad\":\"",
+                         i);
+        memset(msg + n, 'x', pad);
+        memcpy(msg + n + pad, "\"}", 3);
+        snprintf(origin, sizeof origin, "test:%zu", i);
+        assert_int_equal(tally_pipeline_add(p, msg, strlen(msg), origin, NOW_S, NULL), TALLY_OK);
+    }
+    assert_true(tally_pipeline_full(p));
+    assert_true(i * TALLY_EVENT_MAX_BYTES >= TALLY_PIPELINE_FULL_BYTES);
+    assert_true(i <= TALLY_PIPELINE_FULL_BYTES / pad + 1);
+    assert_int_equal(tally_pipeline_commit(p, NULL), TALLY_OK);
+    assert_false(tally_pipeline_full(p));
+    tally_pipeline_destroy(p);
+    tally_ledger_close(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_reasons),
         cmocka_unit_test(test_stream_never_aborts),
+        cmocka_unit_test(test_full_by_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

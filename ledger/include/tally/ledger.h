@@ -189,6 +189,8 @@ void tally_batch_set_key_id(tally_batch *b, int64_t key_id);
 
 /* Number of events and rejects queued. */
 size_t tally_batch_count(const tally_batch *b);
+/* Bytes of raw messages and origins queued (at most 512 MiB a batch). */
+size_t tally_batch_bytes(const tally_batch *b);
 
 /* Writes the batch in one transaction (BEGIN IMMEDIATE ... COMMIT):
  * dedupe, aggregation, quarantine and offsets. Fills *st (may be NULL) and,

@@ -90,7 +90,13 @@ TALLY_MUST_CHECK tally_err tally_pipeline_add_cut(tally_pipeline *p, const char 
                                                   size_t whole_size, const char whole_sha256[65],
                                                   const char *origin);
 
-/* Messages queued and not yet committed; whether that is batch_max. */
+/* Raw bytes that make a batch full whatever batch_max says, so a stream of
+ * large messages commits before the batch's own bound (512 MiB) refuses
+ * one. */
+#define TALLY_PIPELINE_FULL_BYTES ((size_t)64 << 20)
+
+/* Messages queued and not yet committed; whether that is batch_max
+ * messages or TALLY_PIPELINE_FULL_BYTES. */
 size_t tally_pipeline_pending(const tally_pipeline *p);
 bool tally_pipeline_full(const tally_pipeline *p);
 
