@@ -30,7 +30,7 @@ static rd_kafka_t *make_consumer(const char *brokers, const char *group)
         {"bootstrap.servers", brokers},     {"group.id", group},
         {"enable.auto.commit", "false"},    {"enable.auto.offset.store", "false"},
         {"auto.offset.reset", "earliest"},  {"fetch.wait.max.ms", "100"},
-        {"fetch.max.bytes", "16777216"},    {"queued.max.messages.kbytes", "131072"},
+        {"fetch.max.bytes", "16777216"},    {"queued.max.messages.kbytes", "65536"},
         {"queued.min.messages", "1000000"}, {"log.connection.close", "false"}};
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();

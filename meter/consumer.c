@@ -60,18 +60,19 @@ static tally_err make_consumer(tally_consumer *c, char *why, size_t cap)
         {"session.timeout.ms", session},
         {"heartbeat.interval.ms", heartbeat},
         {"fetch.wait.max.ms", "100"},
-        /* Bounded prefetch: at most 16 MB per fetch response and 128 MB
+        /* Bounded prefetch: at most 16 MB per fetch response and 64 MB
          * queued, however many partitions are assigned. librdkafka 2.0.2
          * stops fetching for a whole second (it has no
          * fetch.queue.backoff.ms yet) once the queue passes either
          * queued.min.messages (default 100,000) or this size, which a
-         * meter waiting on a commit reaches within one chunk: the queue
+         * meter waiting on a commit reached within one chunk: the queue
          * then ran dry and reads stalled for 0.3-0.6 s several times per
-         * million events. 128 MB is about a second of commits, so the
-         * queue never runs dry in that second; the message count is left
-         * to the size bound. bench/RESULTS.md has the figures. */
+         * million events. So the message count is left to the size bound,
+         * and the size holds about half a second of commits. 128 MB ran
+         * no faster over 5M events and took the meter's RSS to ~1 GB
+         * (bench/RESULTS.md). */
         {"fetch.max.bytes", "16777216"},
-        {"queued.max.messages.kbytes", "131072"},
+        {"queued.max.messages.kbytes", "65536"},
         {"queued.min.messages", "1000000"},
         {"log.connection.close", "false"},
     };
