@@ -1,6 +1,7 @@
 /* Dedupe keys of ids that count up, kept as runs (schemas/015_dedupe_runs.sql).
  *
- * An id ending in 4 to 18 decimal digits is (prefix, width, n). Its run is
+ * An id ending in 4 to 18 decimal digits, the whole id or after a
+ * character that is not a letter, is (prefix, width, n). Its run is
  * the dedupe_runs row of (source, prefix, width, lo = n - n % RUN_SPAN): a
  * bitmap of the values seen in the window and their fingerprints in the
  * order of n. The row follows from the id alone, so arrival order never
@@ -47,6 +48,12 @@ bool runs_split(const char *id, size_t len, runs_id *out)
     while (digits < len && id[len - 1 - digits] >= '0' && id[len - 1 - digits] <= '9')
         digits++;
     if (digits < 4 || digits > 18 || len >= TALLY_ID_MAX)
+        return false;
+    /* The counter is the whole id or follows a separator: digits at the end
+     * of a random UUID or ULID ("...-a46655440012") are no counter, and a
+     * run per such id would cost more than a row of its own. */
+    char before = digits < len ? id[len - digits - 1] : '-';
+    if ((before >= 'a' && before <= 'z') || (before >= 'A' && before <= 'Z'))
         return false;
     int64_t n = 0;
     for (size_t i = len - digits; i < len; i++)

@@ -1,8 +1,9 @@
 -- Tally ledger, migration 15: dedupe keys of ids that count up, kept as runs.
 --
 -- Hosts number their reports ("h00347-000000000123"), so most ids are a
--- prefix followed by a counter. An id that ends in 4 to 18 decimal digits
--- is split into that prefix, the digits' count (width, so "x-0007" and
+-- prefix followed by a counter. An id that ends in 4 to 18 decimal digits,
+-- the whole id or after a character that is not a letter (so not the tail
+-- of a random UUID or ULID), is split into that prefix, the digits' count (width, so "x-0007" and
 -- "x-00007" stay different ids) and their value n. One row, a run, holds
 -- the window of 160 values lo <= n < lo + 160 (lo a multiple of 160) of one
 -- (source, prefix, width): `bits` marks the values seen (bit k of byte

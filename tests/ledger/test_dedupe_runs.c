@@ -93,11 +93,15 @@ static void test_split(void **state)
     assert_true(runs_split("0000", 4, &k));
     assert_int_equal(k.prefix_len, 0);
     assert_int_equal(k.n, 0);
-    assert_true(runs_split("x999999999999999999", 19, &k)); /* 18 digits */
+    assert_true(runs_split("x-999999999999999999", 20, &k)); /* 18 digits */
     assert_int_equal(k.n, 999999999999999999LL);
     assert_false(runs_split("9999999999999999999", 19, &k)); /* 19: not a run id */
     assert_false(runs_split("evt-123", 7, &k));              /* 3 digits */
     assert_false(runs_split("0b9c2f1e-7d3a-4f6b-8e21-5a4c3b2d1e0f", 36, &k));
+    assert_false(runs_split("0b9c2f1e-7d3a-4f6b-8e21-a46655440012", 36, &k)); /* after a letter */
+    assert_false(runs_split("01HQ3K5ZJ8Q2W6Y7T9R4P3M000", 26, &k));           /* a ULID */
+    assert_true(runs_split("0b9c2f1e-7d3a-4f6b-8e21-446655440012", 36, &k));  /* all digits */
+    assert_true(runs_split("host_7.000123", 13, &k));
     assert_false(runs_split("", 0, &k));
 }
 
@@ -281,7 +285,7 @@ static void test_view_ids(void **state)
     tally_batch *b;
     assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
     const char *ids[] = {"0000",           "0001",          "node-7-000123",
-                         "node-7-0000123", "node-7-000124", "x999999999999999999",
+                         "node-7-0000123", "node-7-000124", "x-999999999999999999",
                          "free-id",        "ünï-0042"};
     for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
         tally_event ev = event("//hosts/a", ids[i], 0);
@@ -294,7 +298,7 @@ static void test_view_ids(void **state)
                                         NULL, 0, rows_cb, &out),
                      TALLY_OK);
     assert_string_equal(out.data, "0000\n0001\nfree-id\nnode-7-0000123\nnode-7-000123\n"
-                                  "node-7-000124\nx999999999999999999\nünï-0042\n");
+                                  "node-7-000124\nx-999999999999999999\nünï-0042\n");
     tally_buf_release(&out);
     /* Seven run ids in five runs; one id in the dedupe table. */
     assert_int_equal(tu_query_int(l, "SELECT count(*) FROM dedupe_runs", NULL), 5);
