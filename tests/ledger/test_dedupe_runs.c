@@ -23,6 +23,13 @@ static tally_ledger *open_ledger(const char *tag)
     return tu_open_priced(path);
 }
 
+static tally_batch *new_batch(tally_ledger *l)
+{
+    tally_batch *b = NULL;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    return b;
+}
+
 /* One second of one card: content variant v changes the fingerprint. */
 static tally_event event(const char *source, const char *id, int v)
 {
@@ -170,8 +177,7 @@ static void test_random_streams(void **state)
         char tag[32];
         snprintf(tag, sizeof tag, "runs-random-%d", (int)seed);
         tally_ledger *l = open_ledger(tag);
-        tally_batch *b;
-        assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+        tally_batch *b = new_batch(l);
         memset(&m, 0, sizeof m);
         uint64_t s = seed * 0x9E3779B97F4A7C15ULL;
         int64_t next[3] = {0, 5000, 123456};
@@ -209,8 +215,7 @@ static void test_full_runs(void **state)
 {
     (void)state;
     tally_ledger *l = open_ledger("runs-full");
-    tally_batch *b;
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_batch *b = new_batch(l);
     for (int i = 0; i < 1000; i++) {
         char id[32];
         snprintf(id, sizeof id, "r-%08d", i);
@@ -248,8 +253,7 @@ static void test_out_of_order(void **state)
 {
     (void)state;
     tally_ledger *l = open_ledger("runs-out-of-order");
-    tally_batch *b;
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_batch *b = new_batch(l);
     const char *order[] = {"r-0009", "r-0008", "r-0150", "r-0003"};
     for (int i = 0; i < 4; i++) {
         tally_event ev = event("//hosts/a", order[i], 0);
@@ -282,8 +286,7 @@ static void test_view_ids(void **state)
 {
     (void)state;
     tally_ledger *l = open_ledger("runs-view");
-    tally_batch *b;
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_batch *b = new_batch(l);
     const char *ids[] = {"0000",           "0001",          "node-7-000123",
                          "node-7-0000123", "node-7-000124", "x-999999999999999999",
                          "free-id",        "ünï-0042"};
@@ -313,8 +316,7 @@ static void test_rollback(void **state)
 {
     (void)state;
     tally_ledger *l = open_ledger("runs-rollback");
-    tally_batch *b;
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_batch *b = new_batch(l);
     tally_event ev = event("//hosts/a", "r-0001", 0);
     add(b, &ev);
     commit_ok(b, NULL);
@@ -360,8 +362,7 @@ static void test_legacy_keys(void **state)
              "UPDATE meta SET value = 1 WHERE key = 'dedupe_legacy'",
              (long long)h[0], (long long)old.fingerprint);
     assert_int_equal(tally_ledger_exec(l, sql), TALLY_OK);
-    tally_batch *b;
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_batch *b = new_batch(l);
     add(b, &old);
     tally_event other = event("//hosts/a", "r-0007", 1);
     add(b, &other);
@@ -383,8 +384,7 @@ static void test_edited_run(void **state)
 {
     (void)state;
     tally_ledger *l = open_ledger("runs-edited");
-    tally_batch *b;
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_batch *b = new_batch(l);
     tally_event ev = event("//hosts/a", "r-0001", 0);
     add(b, &ev);
     commit_ok(b, NULL);

@@ -62,15 +62,23 @@ static tally_err reason_row(void *ctx, int ncols, const char *const *cols)
     return tally_buf_printf(b, "%s|%s\n", cols[0], cols[1]);
 }
 
-static void test_stream_never_aborts(void **state)
+/* A ledger made by `tally init` (with the fixture rate card). */
+static tally_ledger *open_ledger(const char *tag)
 {
-    (void)state;
-    char db[600], why[256], origin[64];
-    snprintf(db, sizeof db, "%s/p.db", tu_tmpdir("pipeline"));
+    char db[600], why[256];
+    snprintf(db, sizeof db, "%s/p.db", tu_tmpdir(tag));
     assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", db), 0);
     tally_ledger *l = NULL;
     if (tally_ledger_open(db, &l, why, sizeof why) != TALLY_OK)
         fail_msg("%s", why);
+    return l;
+}
+
+static void test_stream_never_aborts(void **state)
+{
+    (void)state;
+    char origin[64];
+    tally_ledger *l = open_ledger("pipeline");
     tally_pipeline *p = NULL;
     assert_int_equal(tally_pipeline_create(l, 4, &p), TALLY_OK);
     tally_event_result res[N_STREAM];
@@ -118,12 +126,8 @@ static void test_stream_never_aborts(void **state)
 static void test_full_by_bytes(void **state)
 {
     (void)state;
-    char db[600], why[256], origin[64];
-    snprintf(db, sizeof db, "%s/p.db", tu_tmpdir("pipeline-bytes"));
-    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", db), 0);
-    tally_ledger *l = NULL;
-    if (tally_ledger_open(db, &l, why, sizeof why) != TALLY_OK)
-        fail_msg("%s", why);
+    char origin[64];
+    tally_ledger *l = open_ledger("pipeline-bytes");
     tally_pipeline *p = NULL;
     assert_int_equal(tally_pipeline_create(l, 1000000, &p), TALLY_OK);
     static char msg[TALLY_EVENT_MAX_BYTES];
