@@ -198,37 +198,28 @@ static tally_err save_draft(run *r, const tally_account *a, const tally_rating_r
     if (e)
         return e;
     sqlite3_stmt *st;
-    e = ledger_prepare(r->l,
-                       "INSERT OR REPLACE INTO drafts(account, period, doc, updated_at) "
-                       "VALUES (?1, ?2, ?3, ?4)",
-                       &st);
+    e = ledger_cached(r->l,
+                      "INSERT OR REPLACE INTO drafts(account, period, doc, updated_at) "
+                      "VALUES (?1, ?2, ?3, ?4)",
+                      &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, r->o->period, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 3, r->doc.data, (int)r->doc.len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, r->now_s);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        e = ledger_sqlite_err(r->l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(r->l, st, sqlite3_step(st));
 }
 
 static tally_err drop_draft(run *r, const char *account)
 {
     sqlite3_stmt *st;
-    tally_err e =
-        ledger_prepare(r->l, "DELETE FROM drafts WHERE account = ?1 AND period = ?2", &st);
+    tally_err e = ledger_cached(r->l, "DELETE FROM drafts WHERE account = ?1 AND period = ?2", &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, r->o->period, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        e = ledger_sqlite_err(r->l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(r->l, st, sqlite3_step(st));
 }
 
 /* Numbers, chains, signs and stores the invoice, and posts its entry. */

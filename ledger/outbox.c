@@ -305,7 +305,7 @@ static tally_err build_event(tally_buf *b, const char *type, const char *subject
 static tally_err check_new(tally_ledger *l, const char *event_id, const tally_buf *payload)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, "SELECT payload FROM outbox WHERE event_id = ?1", &st);
+    tally_err e = ledger_cached(l, "SELECT payload FROM outbox WHERE event_id = ?1", &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, event_id, -1, SQLITE_STATIC);
@@ -316,21 +316,20 @@ static tally_err check_new(tally_ledger *l, const char *event_id, const tally_bu
         e = n == payload->len && (n == 0 || memcmp(p, payload->data, n) == 0)
                 ? TALLY_EXISTS
                 : TALLY_EXISTS_DIFFERENT;
-    } else if (rc != SQLITE_DONE) {
-        e = ledger_sqlite_err(l, rc);
+        rc = SQLITE_DONE;
     }
-    sqlite3_finalize(st);
-    return e;
+    tally_err done = ledger_cached_done(l, st, rc);
+    return e ? e : done;
 }
 
 static tally_err insert_event(tally_ledger *l, const char *type, const char *subject,
                               const char *event_id, const tally_buf *payload)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l,
-                                 "INSERT INTO outbox(event_id, type, subject, payload, created_at) "
-                                 "VALUES (?1, ?2, ?3, ?4, ?5)",
-                                 &st);
+    tally_err e = ledger_cached(l,
+                                "INSERT INTO outbox(event_id, type, subject, payload, created_at) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5)",
+                                &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, event_id, -1, SQLITE_STATIC);
@@ -338,11 +337,7 @@ static tally_err insert_event(tally_ledger *l, const char *type, const char *sub
     sqlite3_bind_text(st, 3, subject, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 4, payload->data, (int)payload->len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, tally_now_s());
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        e = ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(l, st, sqlite3_step(st));
 }
 
 /* Builds and stores one event whose data (doc) was already checked. */
