@@ -8,14 +8,15 @@
  * 200,000 input tokens in March 2026 (4 events), plus a trial voucher for
  * every 100th account. Then times:
  *   draft      tally_invoice_run --period 2026-03 (drafts, batched writes)
- *   finalize   the same with finalize (one transaction per account: number,
- *              hash chain, Ed25519 signature, rows, postings)
+ *   finalize   the same with finalize (groups of 256 accounts per
+ *              transaction, a savepoint per account: number, hash chain,
+ *              Ed25519 signature, rows, postings)
  *   rerun      finalize again (every account already finalized)
  *   verify     tally_ledger_verify over the result (skipped when
  *              BENCH_SKIP_VERIFY is set)
  * and prints wall times and accounts per second. Integer arithmetic only.
  * Put DIR on tmpfs (/dev/shm) to measure the engine rather than the disk's
- * fsync: finalizing commits once per account. */
+ * fsync: finalizing commits once per group of 256 accounts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

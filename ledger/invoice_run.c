@@ -21,9 +21,9 @@
  *   - A failing account is rolled back to its savepoint; the accounts before
  *     it in its group are committed (they stay finalized and a re-run skips
  *     them), the run stops, and the error names the account. When SQLite
- *     itself ended the transaction (an I/O error, a full disk, RAISE
- *     (ROLLBACK)), the group's earlier accounts went with it, and the error
- *     says so. A failed commit names the group's accounts; none of them is
+ *     itself ended the transaction (an I/O error, a full disk, a trigger's
+ *     RAISE(ROLLBACK)), the group's earlier accounts went with it, and the
+ *     error says so. A failed commit names the group's accounts; none of them is
  *     reported, although WAL recovery may still find the group whole after
  *     a crash (RELIABILITY.md, disk faults): a re-run finalizes whatever is
  *     missing and writes every file again.
