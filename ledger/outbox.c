@@ -378,6 +378,96 @@ tally_err ledger_outbox_add(tally_ledger *l, const char *type, const char *subje
 
 /* ---- The invoice engine's helpers ------------------------------------------ */
 
+/* ---- Top-level members without a tree ----------------------------------------
+ * Every finalized document is checked before its event is written
+ * (check_doc). Building a json-c tree of it cost as much as storing its
+ * rows, so the members the check reads are found by scanning the document
+ * (which strict_object has already proved to be one JSON object); when a
+ * key or one of those values holds an escape, json-c decodes them instead. */
+
+typedef enum top_result { TOP_ABSENT, TOP_FOUND, TOP_ESCAPED } top_result;
+
+/* The last top-level member named key (json-c keeps the last of duplicate
+ * keys): TOP_FOUND with the bytes of its string value; TOP_ABSENT when
+ * there is none or its value is not a string; TOP_ESCAPED when a key, or
+ * that value, holds a backslash. doc must have passed strict_object. */
+static top_result top_string(const char *doc, size_t len, const char *key, const char **s,
+                             size_t *n)
+{
+    size_t klen = strlen(key);
+    jcheck j = {(const unsigned char *)doc, (const unsigned char *)doc + len, 1};
+    top_result r = TOP_ABSENT;
+    jc_ws(&j);
+    if (!jc_eat(&j, '{'))
+        return TOP_ESCAPED;
+    jc_ws(&j);
+    if (jc_eat(&j, '}'))
+        return r;
+    do {
+        jc_ws(&j);
+        const unsigned char *k = j.p + 1, *v;
+        if (!jc_string(&j))
+            return TOP_ESCAPED;
+        size_t kn = (size_t)(j.p - 1 - k);
+        jc_ws(&j);
+        (void)jc_eat(&j, ':');
+        jc_ws(&j);
+        v = j.p;
+        if (memchr(k, '\\', kn) || !jc_value(&j))
+            return TOP_ESCAPED;
+        if (kn == klen && memcmp(k, key, klen) == 0) {
+            r = *v == '"' ? TOP_FOUND : TOP_ABSENT;
+            *s = (const char *)v + 1;
+            *n = r == TOP_FOUND ? (size_t)(j.p - 1 - (v + 1)) : 0;
+            if (r == TOP_FOUND && memchr(*s, '\\', *n))
+                r = TOP_ESCAPED;
+        }
+        jc_ws(&j);
+    } while (jc_eat(&j, ','));
+    return r;
+}
+
+/* check_doc's test on the scan; *known false when a member it reads is
+ * escaped (then json-c must answer). */
+static bool doc_is(const char *doc, size_t len, const char *doc_type, const char *id,
+                   const char *account, int64_t *time_s, bool *known)
+{
+    static const char *const keys[] = {"invoice_id", "type", "account", "status", "issued_at"};
+    const char *const want[] = {id, doc_type, account, "finalized"};
+    const char *s[5];
+    size_t n[5];
+    top_result r[5];
+    *known = false;
+    for (size_t i = 0; i < 5; i++)
+        if ((r[i] = top_string(doc, len, keys[i], &s[i], &n[i])) == TOP_ESCAPED)
+            return false;
+    *known = true;
+    int64_t t;
+    *time_s = r[4] == TOP_FOUND && tally_time_parse(s[4], n[4], &t) == TALLY_OK ? t : tally_now_s();
+    for (size_t i = 0; i < 4; i++)
+        if (r[i] != TOP_FOUND || n[i] != strlen(want[i]) || memcmp(s[i], want[i], n[i]) != 0)
+            return false;
+    return true;
+}
+
+/* The same test with json-c, for documents with escapes. */
+static tally_err doc_is_parsed(const char *doc, size_t len, const char *doc_type, const char *id,
+                               const char *account, int64_t *time_s, bool *ok)
+{
+    json_object *root;
+    tally_err e = parse_doc(doc, len, &root);
+    if (e)
+        return e;
+    const char *got_id = member(root, "invoice_id"), *got_type = member(root, "type");
+    const char *got_account = member(root, "account"), *status = member(root, "status");
+    *ok = got_id && strcmp(got_id, id) == 0 && got_type && strcmp(got_type, doc_type) == 0 &&
+          got_account && strcmp(got_account, account) == 0 && status &&
+          strcmp(status, "finalized") == 0;
+    *time_s = issued_at(root);
+    json_object_put(root);
+    return TALLY_OK;
+}
+
 /* Checks that doc is the finalized document id of type doc_type for
  * account; fills *time_s with its issued_at. */
 static tally_err check_doc(tally_ledger *l, const char *doc, size_t len, const char *doc_type,
@@ -385,22 +475,16 @@ static tally_err check_doc(tally_ledger *l, const char *doc, size_t len, const c
 {
     if (!name_ok(id) || !name_ok(account))
         return TALLY_INVAL;
-    json_object *root;
-    tally_err e = parse_doc(doc, len, &root);
-    if (e)
-        return e;
-    const char *got_id = member(root, "invoice_id"), *got_type = member(root, "type");
-    const char *got_account = member(root, "account"), *status = member(root, "status");
-    if (!got_id || strcmp(got_id, id) != 0 || !got_type || strcmp(got_type, doc_type) != 0 ||
-        !got_account || strcmp(got_account, account) != 0 || !status ||
-        strcmp(status, "finalized") != 0) {
+    if (!doc || len == 0 || len > INT32_MAX || !strict_object(doc, len))
+        return TALLY_PARSE;
+    bool known, ok = doc_is(doc, len, doc_type, id, account, time_s, &known);
+    tally_err e = known ? TALLY_OK : doc_is_parsed(doc, len, doc_type, id, account, time_s, &ok);
+    if (!e && !ok) {
         snprintf(l->errmsg, sizeof l->errmsg,
                  "outbox: the document is not the finalized %s %s of account %s", doc_type, id,
                  account);
         e = TALLY_INVAL;
     }
-    *time_s = issued_at(root);
-    json_object_put(root);
     return e;
 }
 
