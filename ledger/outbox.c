@@ -385,46 +385,50 @@ tally_err ledger_outbox_add(tally_ledger *l, const char *type, const char *subje
  * (which strict_object has already proved to be one JSON object); when a
  * key or one of those values holds an escape, json-c decodes them instead. */
 
-typedef enum top_result { TOP_ABSENT, TOP_FOUND, TOP_ESCAPED } top_result;
+typedef enum top_result { TOP_ABSENT, TOP_FOUND } top_result;
 
-/* The last top-level member named key (json-c keeps the last of duplicate
- * keys): TOP_FOUND with the bytes of its string value; TOP_ABSENT when
- * there is none or its value is not a string; TOP_ESCAPED when a key, or
- * that value, holds a backslash. doc must have passed strict_object. */
-static top_result top_string(const char *doc, size_t len, const char *key, const char **s,
-                             size_t *n)
+/* Looks up nk top-level members in one pass. For each key[i], the last
+ * member of that name (json-c keeps the last of duplicate keys):
+ * r[i] TOP_FOUND with the bytes of its string value in s[i], n[i];
+ * TOP_ABSENT when there is none or its value is not a string. Returns false
+ * (nothing decided) when any key, or a value looked up, holds a backslash.
+ * doc must have passed strict_object. */
+static bool top_strings(const char *doc, size_t len, const char *const *key, size_t nk,
+                        const char **s, size_t *n, top_result *r)
 {
-    size_t klen = strlen(key);
     jcheck j = {(const unsigned char *)doc, (const unsigned char *)doc + len, 1};
-    top_result r = TOP_ABSENT;
+    for (size_t i = 0; i < nk; i++)
+        r[i] = TOP_ABSENT;
     jc_ws(&j);
     if (!jc_eat(&j, '{'))
-        return TOP_ESCAPED;
+        return false;
     jc_ws(&j);
     if (jc_eat(&j, '}'))
-        return r;
+        return true;
     do {
         jc_ws(&j);
         const unsigned char *k = j.p + 1, *v;
         if (!jc_string(&j))
-            return TOP_ESCAPED;
+            return false;
         size_t kn = (size_t)(j.p - 1 - k);
         jc_ws(&j);
         (void)jc_eat(&j, ':');
         jc_ws(&j);
         v = j.p;
         if (memchr(k, '\\', kn) || !jc_value(&j))
-            return TOP_ESCAPED;
-        if (kn == klen && memcmp(k, key, klen) == 0) {
-            r = *v == '"' ? TOP_FOUND : TOP_ABSENT;
-            *s = (const char *)v + 1;
-            *n = r == TOP_FOUND ? (size_t)(j.p - 1 - (v + 1)) : 0;
-            if (r == TOP_FOUND && memchr(*s, '\\', *n))
-                r = TOP_ESCAPED;
+            return false;
+        for (size_t i = 0; i < nk; i++) {
+            if (strlen(key[i]) != kn || memcmp(k, key[i], kn) != 0)
+                continue;
+            r[i] = *v == '"' ? TOP_FOUND : TOP_ABSENT;
+            s[i] = (const char *)v + 1;
+            n[i] = r[i] == TOP_FOUND ? (size_t)(j.p - 1 - (v + 1)) : 0;
+            if (r[i] == TOP_FOUND && memchr(s[i], '\\', n[i]))
+                return false;
         }
         jc_ws(&j);
     } while (jc_eat(&j, ','));
-    return r;
+    return true;
 }
 
 /* check_doc's test on the scan; *known false when a member it reads is
@@ -437,11 +441,9 @@ static bool doc_is(const char *doc, size_t len, const char *doc_type, const char
     const char *s[5];
     size_t n[5];
     top_result r[5];
-    *known = false;
-    for (size_t i = 0; i < 5; i++)
-        if ((r[i] = top_string(doc, len, keys[i], &s[i], &n[i])) == TOP_ESCAPED)
-            return false;
-    *known = true;
+    *known = top_strings(doc, len, keys, 5, s, n, r);
+    if (!*known)
+        return false;
     int64_t t;
     *time_s = r[4] == TOP_FOUND && tally_time_parse(s[4], n[4], &t) == TALLY_OK ? t : tally_now_s();
     for (size_t i = 0; i < 4; i++)
