@@ -422,10 +422,13 @@ static tally_err deliver(run *r)
         if (r->o->out_dir)
             e = inv_write_files(r->l, r->o->out_dir, h->s.account, r->o->period,
                                 r->held_docs.data + h->doc_off, h->doc_len, why, sizeof why);
-        if (e && !first) {
+        if (e && !first) { /* named as explain() names an account's failure */
             first = e;
-            snprintf(r->why, r->cap, "account %s: %s", h->s.account,
-                     why[0] ? why : tally_err_str(e));
+            if (strncmp(why, "account ", 8) == 0)
+                snprintf(r->why, r->cap, "%s", why);
+            else
+                snprintf(r->why, r->cap, "account %s: %s", h->s.account,
+                         why[0] ? why : tally_err_str(e));
         }
         if (r->o->on_invoice)
             r->o->on_invoice(r->o->ctx, &h->s);

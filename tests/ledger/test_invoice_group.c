@@ -1,8 +1,8 @@
 /* Group commit of invoice runs (ledger/invoice_run.c): accounts are
  * finalized GROUP accounts per transaction, each under a savepoint of its
  * own. 600 accounts make three groups: acct-0000..0255, 0256..0511 and
- * 0512..0599. Each test fails the run somewhere in the second group and
- * checks what is left:
+ * 0512..0599. Each test fails the run somewhere around the second group
+ * and checks what is left:
  *  - an account whose last posting aborts (a TEMP trigger), after its
  *    invoice rows and outbox event were written: the accounts before it are
  *    finalized (the first group and the second's first 44), it and the
@@ -10,6 +10,9 @@
  *  - an account whose insert rolls the whole transaction back: only the
  *    first group is finalized, and the error says the rest of the second
  *    was not committed;
+ *  - a file that cannot be written after the first group committed: all
+ *    of that group is reported and its other files written, then the run
+ *    stops naming the file;
  *  - the second group's commit failing its WAL sync (the fault VFS): the
  *    first group is finalized; after reopening, the second is there whole
  *    or not at all;
@@ -20,7 +23,7 @@
  * account has exactly one outbox event, `verify` passes (the documents'
  * chain, signatures, postings, the ledger's chain), the conservation checks
  * hold, on_invoice saw exactly the committed invoices in account order, and
- * the output directory holds files for exactly those; then a re-run with
+ * the output directory holds files for those alone; then a re-run with
  * the fault gone finalizes the rest. */
 #include <dirent.h>
 #include <errno.h>
@@ -295,6 +298,34 @@ static void test_transaction_ends_mid_group(void **state)
     tally_ledger_close(l);
 }
 
+/* A file of acct-0100 cannot be written (a directory stands where its JSON
+ * goes): the first group is committed, so all 256 of its invoices are
+ * reported, and every other file of the group is written; the run stops
+ * after the group with the file named, and a re-run writes it. */
+static void test_file_fails_after_commit(void **state)
+{
+    (void)state;
+    fresh_work();
+    char blocker[700];
+    snprintf(blocker, sizeof blocker, "%s/acct-0100-2026-03.json.tmp", D.out);
+    assert_int_equal(tu_sh(NULL, "mkdir -p '%s'", blocker), 0);
+    tally_ledger *l = open_ledger(D.work);
+    seen v = {0};
+    char why[512];
+    assert_int_equal(run(l, &v, why, sizeof why), TALLY_IO);
+    assert_non_null(strstr(why, "account acct-0100: cannot write"));
+    assert_null(strstr(why, "account acct-0100: account"));
+    assert_int_equal(v.n, GROUP);
+    assert_true(v.in_order);
+    assert_int_equal(json_files(), GROUP - 1);
+    assert_false(file_of(100));
+    assert_true(file_of(101));
+    assert_finalized(l, GROUP);
+    assert_int_equal(tu_sh(NULL, "rmdir '%s'", blocker), 0);
+    rerun_completes(l, GROUP);
+    tally_ledger_close(l);
+}
+
 /* The second group's commit fails its WAL sync: the error names the group's
  * accounts; on this connection only the first group is there. After
  * reopening (WAL recovery may find the frames whole), the second group is
@@ -391,6 +422,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_account_fails_mid_group),
         cmocka_unit_test(test_transaction_ends_mid_group),
+        cmocka_unit_test(test_file_fails_after_commit),
         cmocka_unit_test(test_commit_sync_fails),
         cmocka_unit_test(test_dead_disk_in_commit),
     };
