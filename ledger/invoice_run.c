@@ -564,10 +564,14 @@ static tally_err group_commit(run *r, const tally_account *accts, size_t end)
     if (!r->in_tx)
         return TALLY_OK;
     tally_err e = tx_commit(r);
-    if (e) {
+    if (e && end - r->group_first == 1)
+        snprintf(r->why, r->cap, "account %s: committing it failed: %s: %s",
+                 accts[r->group_first].id, tally_err_str(e), tally_ledger_errmsg(r->l));
+    else if (e)
         snprintf(r->why, r->cap, "accounts %s to %s: committing their group failed: %s: %s",
                  accts[r->group_first].id, accts[end - 1].id, tally_err_str(e),
                  tally_ledger_errmsg(r->l));
+    if (e) {
         r->n_held = 0;
         return e;
     }
