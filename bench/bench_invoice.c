@@ -8,14 +8,20 @@
  * 200,000 input tokens in March 2026 (4 events), plus a trial voucher for
  * every 100th account. Then times:
  *   draft      tally_invoice_run --period 2026-03 (drafts, batched writes)
- *   finalize   the same with finalize (one transaction per account: number,
- *              hash chain, Ed25519 signature, rows, postings)
+ *   finalize   the same with finalize (groups of 256 accounts per
+ *              transaction, a savepoint per account: number, hash chain,
+ *              Ed25519 signature, rows, postings)
  *   rerun      finalize again (every account already finalized)
  *   verify     tally_ledger_verify over the result (skipped when
  *              BENCH_SKIP_VERIFY is set)
  * and prints wall times and accounts per second. Integer arithmetic only.
+ * BENCH_OUT=1 gives finalize and rerun the output directory DIR/out (JSON,
+ * CSV and HTML per invoice, as `invoice run --out`); BENCH_SETUP_ONLY=1
+ * stops after the setup, leaving DIR/bench.db and DIR/bench.key for the
+ * CLI (`tally --db DIR/bench.db --key DIR/bench.key invoice run ...`, with
+ * TALLY_NOW=2026-04-02T00:00:00Z).
  * Put DIR on tmpfs (/dev/shm) to measure the engine rather than the disk's
- * fsync: finalizing commits once per account. */
+ * fsync: finalizing commits once per group of 256 accounts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,11 +120,13 @@ static void on_invoice(void *ctx, const tally_invoice_summary *s)
     t->due_minor += s->amount_due_minor;
 }
 
-static void timed_run(tally_ledger *l, const char *what, bool finalize, const char *key, long n)
+static void timed_run(tally_ledger *l, const char *what, bool finalize, const char *key,
+                      const char *out, long n)
 {
     totals t = {0};
     tally_invoice_run_opts o = {.period = "2026-03",
                                 .finalize = finalize,
+                                .out_dir = out,
                                 .key_path = key,
                                 .on_invoice = on_invoice,
                                 .ctx = &t};
@@ -164,9 +172,16 @@ int main(int argc, char **argv)
     ingest(l, n);
     printf("setup     %7ld accounts  %8lld ms  (%ld events, %ld grants)\n", n,
            (long long)(now_ms() - t0), n * 4, (n + 99) / 100);
-    timed_run(l, "draft", false, key, n);
-    timed_run(l, "finalize", true, key, n);
-    timed_run(l, "rerun", true, key, n);
+    if (getenv("BENCH_SETUP_ONLY")) {
+        tally_ledger_close(l);
+        return 0;
+    }
+    char out[620];
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *out_dir = getenv("BENCH_OUT") ? out : NULL;
+    timed_run(l, "draft", false, key, NULL, n);
+    timed_run(l, "finalize", true, key, out_dir, n);
+    timed_run(l, "rerun", true, key, out_dir, n);
     t0 = now_ms();
     e = getenv("BENCH_SKIP_VERIFY") ? TALLY_OK : tally_ledger_verify(l, key, why, sizeof why);
     printf("verify    %-7s           %8lld ms\n", e ? why : "ok", (long long)(now_ms() - t0));

@@ -41,51 +41,95 @@
 #include "tally/money.h"
 #include "tally/sign.h"
 
-static tally_err canon_value(tally_buf *b, sqlite3_value *v)
+/* Writes v in decimal at p (at least 21 bytes); returns the length. */
+static size_t put_i64(char *p, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do
+        tmp[n++] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    size_t len = 0;
+    if (v < 0)
+        p[len++] = '-';
+    while (n)
+        p[len++] = tmp[--n];
+    return len;
+}
+
+/* The most bytes the canonical form of a value of n bytes takes: a type
+ * letter, a length or an integer (at most 20 digits and a sign), ':' and
+ * ';'. */
+#define CANON_OVERHEAD 24
+
+/* Appends the canonical form of a text or blob of n bytes at p. */
+static size_t put_bytes(char *p, char type, const void *bytes, size_t n)
+{
+    size_t len = 0;
+    p[len++] = type;
+    len += put_i64(p + len, (int64_t)n);
+    p[len++] = ':';
+    if (n > 0)
+        memcpy(p + len, bytes, n);
+    len += n;
+    p[len++] = ';';
+    return len;
+}
+
+/* Appends the canonical form of v at p (room for its bytes plus
+ * CANON_OVERHEAD); 0 for a value Tally never stores (a real). */
+static size_t put_value(char *p, sqlite3_value *v)
 {
     switch (sqlite3_value_type(v)) {
     case SQLITE_NULL:
-        return tally_buf_puts(b, "n;");
-    case SQLITE_INTEGER:
-        return tally_buf_printf(b, "i%" PRId64 ";", (int64_t)sqlite3_value_int64(v));
-    case SQLITE_TEXT:
+        memcpy(p, "n;", 2);
+        return 2;
+    case SQLITE_INTEGER: {
+        size_t len = 1;
+        p[0] = 'i';
+        len += put_i64(p + 1, (int64_t)sqlite3_value_int64(v));
+        p[len++] = ';';
+        return len;
+    }
+    case SQLITE_TEXT: {
+        const unsigned char *t = sqlite3_value_text(v);
+        return put_bytes(p, 't', t, (size_t)sqlite3_value_bytes(v));
+    }
     case SQLITE_BLOB: {
-        bool text = sqlite3_value_type(v) == SQLITE_TEXT;
-        const void *p = text ? (const void *)sqlite3_value_text(v) : sqlite3_value_blob(v);
-        int n = sqlite3_value_bytes(v);
-        tally_err e = tally_buf_printf(b, "%c%d:", text ? 't' : 'b', n);
-        if (e == TALLY_OK && n > 0)
-            e = tally_buf_append(b, p, (size_t)n);
-        return e == TALLY_OK ? tally_buf_puts(b, ";") : e;
+        const void *b = sqlite3_value_blob(v);
+        return put_bytes(p, 'b', b, (size_t)sqlite3_value_bytes(v));
     }
     default:
-        return TALLY_INVAL;
+        return 0;
     }
 }
 
-static tally_err canon_text(tally_buf *b, const char *s)
-{
-    size_t n = strlen(s);
-    tally_err e = tally_buf_printf(b, "t%zu:", n);
-    if (e == TALLY_OK && n > 0)
-        e = tally_buf_append(b, s, n);
-    return e == TALLY_OK ? tally_buf_puts(b, ";") : e;
-}
-
+/* The canonical form's bytes are sized first and written once, into
+ * memory SQLite takes over (no copy): every chained row goes through here. */
 static void fn_canon(sqlite3_context *cx, int argc, sqlite3_value **argv)
 {
-    tally_buf b;
-    tally_buf_init(&b, 0);
-    tally_err e = tally_buf_puts(&b, "");
-    for (int i = 0; e == TALLY_OK && i < argc; i++)
-        e = canon_value(&b, argv[i]);
-    if (e == TALLY_OK)
-        sqlite3_result_blob64(cx, b.data, b.len, SQLITE_TRANSIENT);
-    else if (e == TALLY_NOMEM)
+    size_t cap = 1;
+    for (int i = 0; i < argc; i++) {
+        int t = sqlite3_value_type(argv[i]);
+        if (t == SQLITE_FLOAT) {
+            sqlite3_result_error(cx, "tally_canon: a value Tally never stores", -1);
+            return;
+        }
+        if (t == SQLITE_TEXT)
+            (void)sqlite3_value_text(argv[i]); /* bytes as UTF-8, as put_value reads them */
+        cap += CANON_OVERHEAD +
+               (t == SQLITE_TEXT || t == SQLITE_BLOB ? (size_t)sqlite3_value_bytes(argv[i]) : 0);
+    }
+    char *out = sqlite3_malloc64(cap);
+    if (!out) {
         sqlite3_result_error_nomem(cx);
-    else
-        sqlite3_result_error(cx, "tally_canon: a value Tally never stores", -1);
-    tally_buf_release(&b);
+        return;
+    }
+    size_t len = 0;
+    for (int i = 0; i < argc; i++)
+        len += put_value(out + len, argv[i]);
+    sqlite3_result_blob64(cx, out, len, sqlite3_free);
 }
 
 static void fn_sha256(sqlite3_context *cx, int argc, sqlite3_value **argv)
@@ -205,25 +249,26 @@ static int chain_last(struct chain_conn *c, int64_t *seq, char hash[65])
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* hash = SHA-256(tally_canon(prev, seq, tbl, key, row_hash)). */
+/* hash = SHA-256(tally_canon(prev, seq, tbl, key, row_hash)); prev and
+ * row_hash are at most 64 hex digits, tbl a table's name. */
 static tally_err chain_link(const char *prev, int64_t seq, const char *tbl, int64_t key,
                             const char *row_hash, char hash[65])
 {
-    tally_buf b;
-    tally_buf_init(&b, 0);
-    tally_err e = canon_text(&b, prev);
-    if (e == TALLY_OK)
-        e = tally_buf_printf(&b, "i%" PRId64 ";", seq);
-    if (e == TALLY_OK)
-        e = canon_text(&b, tbl);
-    if (e == TALLY_OK)
-        e = tally_buf_printf(&b, "i%" PRId64 ";", key);
-    if (e == TALLY_OK)
-        e = canon_text(&b, row_hash);
-    if (e == TALLY_OK)
-        tally_sha256_hex(b.data, b.len, hash);
-    tally_buf_release(&b);
-    return e;
+    char b[64 + 64 + 128 + 5 * CANON_OVERHEAD];
+    size_t np = strlen(prev), nt = strlen(tbl), nr = strlen(row_hash), len = 0;
+    if (np > 64 || nr > 64 || nt > 128)
+        return TALLY_INVAL;
+    len += put_bytes(b + len, 't', prev, np);
+    b[len++] = 'i';
+    len += put_i64(b + len, seq);
+    b[len++] = ';';
+    len += put_bytes(b + len, 't', tbl, nt);
+    b[len++] = 'i';
+    len += put_i64(b + len, key);
+    b[len++] = ';';
+    len += put_bytes(b + len, 't', row_hash, nr);
+    tally_sha256_hex(b, len, hash);
+    return TALLY_OK;
 }
 
 static int chain_insert(struct chain_conn *c, int64_t seq, const char *tbl, int64_t key,

@@ -51,22 +51,27 @@
 #include "tally/money.h"
 #include "tally/sign.h"
 
+/* Appends s in quotes; s needs no escaping (a number or a time). */
+static tally_err quoted(tally_buf *b, const char *s)
+{
+    tally_err e = tally_buf_puts(b, "\"");
+    if (!e)
+        e = tally_buf_puts(b, s);
+    return e ? e : tally_buf_puts(b, "\"");
+}
+
 tally_err inv_json_money(tally_buf *b, int64_t minor, int digits)
 {
     char s[48];
     tally_err e = tally_amount_format(minor, digits, s, sizeof s);
-    if (e)
-        return e;
-    return tally_buf_printf(b, "\"%s\"", s);
+    return e ? e : quoted(b, s);
 }
 
 tally_err inv_json_time(tally_buf *b, int64_t t_s)
 {
     char s[32];
     tally_err e = tally_time_format(t_s, s, sizeof s);
-    if (e)
-        return e;
-    return tally_buf_printf(b, "\"%s\"", s);
+    return e ? e : quoted(b, s);
 }
 
 tally_err inv_i128_parse(const char *s, __int128 *out)
@@ -130,9 +135,11 @@ static void str(jw *w, const char *k, const char *v)
 
 static void integer(jw *w, const char *k, int64_t v)
 {
+    char s[24] = "";
     key(w, k);
     if (!w->e)
-        w->e = tally_buf_printf(w->b, "%lld", (long long)v);
+        w->e = tally_i128_format(v, s, sizeof s);
+    raw(w, s);
 }
 
 static void money(jw *w, const char *k, int64_t minor, int digits)
@@ -156,7 +163,7 @@ static void qty(jw *w, const char *k, __int128 q)
     if (!w->e)
         w->e = tally_i128_format(q, s, sizeof s);
     if (!w->e)
-        w->e = tally_buf_printf(w->b, "\"%s\"", s);
+        w->e = quoted(w->b, s);
 }
 
 static void price(jw *w, const char *k, int64_t nano)
@@ -166,7 +173,7 @@ static void price(jw *w, const char *k, int64_t nano)
     if (!w->e)
         w->e = tally_price_format(nano, 2, s, sizeof s);
     if (!w->e)
-        w->e = tally_buf_printf(w->b, "\"%s\"", s);
+        w->e = quoted(w->b, s);
 }
 
 static void head(jw *w, const inv_doc *d)

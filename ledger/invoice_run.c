@@ -8,16 +8,33 @@
  *   - A period that already has a live (not voided) finalized invoice keeps
  *     it: the run reports it as already finalized, changes nothing and, with
  *     an output directory, writes its stored document again.
- *   - Drafts are recomputed on every run and kept in the drafts table
- *     (written in batches of DRAFT_BATCH accounts per transaction).
- *   - Finalizing an account is one BEGIN IMMEDIATE transaction: the check for
- *     a live invoice, the gather and rating, the next gapless number of
- *     (invoice, year of the period), the link to the previous document's
- *     hash, the signed document, its rows and its balanced entry. A failure
- *     rolls that account back; accounts finalized before it stay finalized
- *     (a re-run skips them), and the error names the account.
- * Output files are written after the account's transaction commits. */
+ *   - Drafts are recomputed on every run and kept in the drafts table.
+ *   - Accounts are run in groups of up to GROUP_ACCOUNTS, one BEGIN
+ *     IMMEDIATE transaction per group, each account under a SAVEPOINT of its
+ *     own. Finalizing an account, inside its savepoint: the check for a live
+ *     invoice, the gather and rating, the next gapless number of (invoice,
+ *     year of the period), the link to the previous document's hash, the
+ *     signed document, its rows, its balanced entry, its outbox event and
+ *     its balance refresh. Numbers and chain links are read from the
+ *     database inside the transaction, never kept in memory, so what a
+ *     rolled-back savepoint took is taken again by the next account.
+ *   - A failing account is rolled back to its savepoint; the accounts before
+ *     it in its group are committed (they stay finalized and a re-run skips
+ *     them), the run stops, and the error names the account. When SQLite
+ *     itself ended the transaction (an I/O error, a full disk, a trigger's
+ *     RAISE(ROLLBACK)), the group's earlier accounts went with it, and the
+ *     error says so. A failed commit names the group's accounts; none of them is
+ *     reported, although WAL recovery may still find the group whole after
+ *     a crash (RELIABILITY.md, disk faults): a re-run finalizes whatever is
+ *     missing and writes every file again.
+ *   - A crash leaves a group all there or not at all: numbers stay gapless,
+ *     the documents' chain intact.
+ * Output files and on_invoice follow a group's commit: the group's results
+ * (and, with an output directory, its documents: a group also ends once
+ * GROUP_DOC_BYTES of them are held) wait until then, so neither ever shows
+ * an invoice that was not committed. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +44,15 @@
 #include "tally/money.h"
 #include "tally/sign.h"
 
-#define DRAFT_BATCH 256
+#define GROUP_ACCOUNTS  256        /* accounts per transaction */
+#define GROUP_DOC_BYTES (8u << 20) /* documents held for the output directory */
+
+/* An account's result, delivered (files, on_invoice) once its group's
+ * transaction has committed. */
+typedef struct held {
+    tally_invoice_summary s;
+    size_t doc_off, doc_len; /* in run.held_docs (with an output directory) */
+} held;
 
 typedef struct tz_bounds {
     char tz[64];
@@ -46,7 +71,10 @@ typedef struct run {
     tz_bounds *tzs;
     size_t n_tzs;
     bool in_tx;
-    size_t tx_accounts;
+    size_t group_first, group_accounts; /* the group's first account's index; its size */
+    held *held;                         /* GROUP_ACCOUNTS of them */
+    size_t n_held;
+    tally_buf held_docs;
     int64_t now_s;
     char *why;
     size_t cap;
@@ -88,7 +116,9 @@ static tally_err tx_open(run *r)
         return TALLY_OK;
     tally_err e = ledger_begin(r->l);
     r->in_tx = e == TALLY_OK;
-    r->tx_accounts = 0;
+    r->group_accounts = 0;
+    r->n_held = 0;
+    tally_buf_reset(&r->held_docs);
     return e;
 }
 
@@ -105,6 +135,27 @@ static void tx_rollback(run *r)
     if (r->in_tx)
         ledger_rollback(r->l);
     r->in_tx = false;
+}
+
+/* Each account of a group runs under this savepoint. */
+static tally_err sp_begin(run *r)
+{
+    return ledger_cached_exec(r->l, "SAVEPOINT invoice_account", false);
+}
+
+static tally_err sp_release(run *r)
+{
+    return ledger_cached_exec(r->l, "RELEASE invoice_account", false);
+}
+
+/* Undoes the account's writes, keeping the group's earlier accounts and the
+ * failure's message; nothing to undo when SQLite ended the transaction. */
+static void sp_undo(run *r)
+{
+    if (sqlite3_get_autocommit(r->l->db))
+        return;
+    (void)ledger_cached_exec(r->l, "ROLLBACK TO invoice_account", true);
+    (void)ledger_cached_exec(r->l, "RELEASE invoice_account", true);
 }
 
 static void summary_init(run *r, const tally_account *a, tally_invoice_summary *s)
@@ -198,37 +249,28 @@ static tally_err save_draft(run *r, const tally_account *a, const tally_rating_r
     if (e)
         return e;
     sqlite3_stmt *st;
-    e = ledger_prepare(r->l,
-                       "INSERT OR REPLACE INTO drafts(account, period, doc, updated_at) "
-                       "VALUES (?1, ?2, ?3, ?4)",
-                       &st);
+    e = ledger_cached(r->l,
+                      "INSERT OR REPLACE INTO drafts(account, period, doc, updated_at) "
+                      "VALUES (?1, ?2, ?3, ?4)",
+                      &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, r->o->period, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 3, r->doc.data, (int)r->doc.len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, r->now_s);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        e = ledger_sqlite_err(r->l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(r->l, st, sqlite3_step(st));
 }
 
 static tally_err drop_draft(run *r, const char *account)
 {
     sqlite3_stmt *st;
-    tally_err e =
-        ledger_prepare(r->l, "DELETE FROM drafts WHERE account = ?1 AND period = ?2", &st);
+    tally_err e = ledger_cached(r->l, "DELETE FROM drafts WHERE account = ?1 AND period = ?2", &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, r->o->period, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        e = ledger_sqlite_err(r->l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(r->l, st, sqlite3_step(st));
 }
 
 /* Numbers, chains, signs and stores the invoice, and posts its entry. */
@@ -294,50 +336,106 @@ static tally_err rate(run *r, const tally_account *a, tally_rating_result *res, 
     return tally_rate_period(&r->in.in, res, r->why, r->cap);
 }
 
-/* One account: a draft, a finalized invoice, or the one it already has. */
-static tally_err run_account(run *r, const tally_account *a)
+/* One account, inside its savepoint: a draft, a finalized invoice, or the
+ * one it already has; *skip when it has nothing to bill. */
+static tally_err account_body(run *r, const tally_account *a, tally_invoice_summary *s, bool *skip)
 {
-    tally_invoice_summary s;
     tally_rating_result res = {0};
-    bool live = false, skip = false;
+    bool live = false;
     int64_t usage_seq = 0;
-    summary_init(r, a, &s);
-    tally_err e = tx_open(r);
-    if (!e)
-        e = live_invoice(r, a, &s, &live);
+    tally_err e = live_invoice(r, a, s, &live);
     if (!e && !live && r->o->finalize)
         e = inv_usage_seq(r->l, &usage_seq);
     if (!e && !live)
-        e = rate(r, a, &res, &skip);
-    if (!e && !live && !skip) {
-        s.subtotal_minor = res.subtotal_minor;
-        s.credits_minor = res.total_credits_minor;
-        s.amount_due_minor = res.amount_due_minor;
-        s.credit_issued_minor = res.credit_issued_minor;
-        e = r->o->finalize ? finalize(r, a, &res, usage_seq, &s) : save_draft(r, a, &res, &s);
+        e = rate(r, a, &res, skip);
+    if (!e && !live && !*skip) {
+        s->subtotal_minor = res.subtotal_minor;
+        s->credits_minor = res.total_credits_minor;
+        s->amount_due_minor = res.amount_due_minor;
+        s->credit_issued_minor = res.credit_issued_minor;
+        e = r->o->finalize ? finalize(r, a, &res, usage_seq, s) : save_draft(r, a, &res, s);
     }
-    if (!e && !live && !skip && r->o->finalize && !r->l->no_balances) {
+    if (!e && !live && !*skip && r->o->finalize && !r->l->no_balances) {
         if (!r->bal) /* the period leaves the running charges */
             e = bal_engine_create(r->l, &r->bal);
         if (!e)
             e = bal_refresh(r->bal, a->id, 1, 0, "invoice");
     }
     tally_rating_result_release(&res);
-    r->tx_accounts++;
-    if (!e && (r->o->finalize || r->tx_accounts >= DRAFT_BATCH))
-        e = tx_commit(r);
-    if (e) {
-        tx_rollback(r);
-        return e;
-    }
-    if (skip)
-        return TALLY_OK;
-    if (r->o->out_dir)
-        e = inv_write_files(r->l, r->o->out_dir, a->id, r->o->period, r->doc.data, r->doc.len,
-                            r->why, r->cap);
-    if (!e && r->o->on_invoice)
-        r->o->on_invoice(r->o->ctx, &s);
     return e;
+}
+
+/* Keeps the account's result (and its document, for the output directory)
+ * until the group commits. */
+static tally_err hold(run *r, const tally_invoice_summary *s)
+{
+    held *h = &r->held[r->n_held];
+    h->s = *s;
+    h->doc_off = r->held_docs.len;
+    h->doc_len = 0;
+    if (r->o->out_dir) {
+        tally_err e = tally_buf_append(&r->held_docs, r->doc.data, r->doc.len);
+        if (e)
+            return e;
+        h->doc_len = r->doc.len;
+    }
+    r->n_held++;
+    return TALLY_OK;
+}
+
+/* One account of the open group, under its savepoint; a failure leaves the
+ * group as it was before the account. */
+static tally_err run_account(run *r, const tally_account *a)
+{
+    tally_invoice_summary s;
+    bool skip = false;
+    summary_init(r, a, &s);
+    tally_err e = sp_begin(r);
+    if (e)
+        return e;
+    e = account_body(r, a, &s, &skip);
+    bool kept = !e && !skip && (e = hold(r, &s)) == TALLY_OK;
+    if (!e)
+        e = sp_release(r);
+    if (e && kept) { /* released nothing: the result goes with the savepoint */
+        r->n_held--;
+        r->held_docs.len = r->held[r->n_held].doc_off;
+        if (r->held_docs.data)
+            r->held_docs.data[r->held_docs.len] = '\0';
+    }
+    if (e)
+        sp_undo(r);
+    r->group_accounts++;
+    return e;
+}
+
+/* What a committed group leaves to do, in account order: each held
+ * result's files, then on_invoice. Every result is reported (its invoice is
+ * committed); the first file that cannot be written is the error. */
+static tally_err deliver(run *r)
+{
+    tally_err first = TALLY_OK;
+    char why[512] = "";
+    for (size_t i = 0; i < r->n_held; i++) {
+        const held *h = &r->held[i];
+        tally_err e = TALLY_OK;
+        if (r->o->out_dir)
+            e = inv_write_files(r->l, r->o->out_dir, h->s.account, r->o->period,
+                                r->held_docs.data + h->doc_off, h->doc_len, why, sizeof why);
+        if (e && !first) { /* named as explain() names an account's failure */
+            first = e;
+            if (strncmp(why, "account ", 8) == 0)
+                snprintf(r->why, r->cap, "%s", why);
+            else
+                snprintf(r->why, r->cap, "account %s: %s", h->s.account,
+                         why[0] ? why : tally_err_str(e));
+        }
+        if (r->o->on_invoice)
+            r->o->on_invoice(r->o->ctx, &h->s);
+    }
+    r->n_held = 0;
+    tally_buf_reset(&r->held_docs);
+    return first;
 }
 
 /* Names the account and the cause in why, keeping a reason already there. */
@@ -446,6 +544,76 @@ out_fail:
     return TALLY_IO;
 }
 
+/* Appends to r->why (printf-style). */
+static void why_add(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void why_add(run *r, const char *fmt, ...)
+{
+    size_t used = strnlen(r->why, r->cap);
+    if (used + 1 >= r->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why + used, r->cap - used, fmt, ap);
+    va_end(ap);
+}
+
+/* Commits the open group (accounts group_first .. end - 1) and delivers
+ * its results. */
+static tally_err group_commit(run *r, const tally_account *accts, size_t end)
+{
+    if (!r->in_tx)
+        return TALLY_OK;
+    tally_err e = tx_commit(r);
+    if (e && end - r->group_first == 1)
+        snprintf(r->why, r->cap, "account %s: committing it failed: %s: %s",
+                 accts[r->group_first].id, tally_err_str(e), tally_ledger_errmsg(r->l));
+    else if (e)
+        snprintf(r->why, r->cap, "accounts %s to %s: committing their group failed: %s: %s",
+                 accts[r->group_first].id, accts[end - 1].id, tally_err_str(e),
+                 tally_ledger_errmsg(r->l));
+    if (e) {
+        r->n_held = 0;
+        return e;
+    }
+    return deliver(r);
+}
+
+/* Account i failed with e (its savepoint undone, r->why naming it): the
+ * group's earlier accounts are committed and delivered while the
+ * transaction stands. A file of theirs that cannot be written comes first
+ * in the message, as it comes first in account order. */
+static tally_err group_fail(run *r, tally_err e)
+{
+    const char *what = r->o->finalize ? "invoices" : "drafts";
+    size_t before = r->n_held;
+    if (!r->in_tx)
+        return e;
+    r->in_tx = false;
+    if (sqlite3_get_autocommit(r->l->db)) { /* SQLite rolled the transaction back */
+        if (before)
+            why_add(r,
+                    "; the transaction was rolled back, so the %zu %s before it in its group "
+                    "were not committed either",
+                    before, what);
+        r->n_held = 0;
+        return e;
+    }
+    if (ledger_commit(r->l) != TALLY_OK) {
+        if (before)
+            why_add(r, "; committing the %zu %s before it in its group failed too: %s", before,
+                    what, tally_ledger_errmsg(r->l));
+        r->n_held = 0;
+        return e;
+    }
+    char failed[512];
+    snprintf(failed, sizeof failed, "%s", r->why);
+    tally_err d = deliver(r);
+    if (!d)
+        return e;
+    why_add(r, "; then %s", failed);
+    return d;
+}
+
 static tally_err run_all(run *r)
 {
     tally_account *accts = NULL;
@@ -459,14 +627,23 @@ static tally_err run_all(run *r)
         snprintf(r->why, r->cap, "%s: %s", tally_err_str(e), tally_ledger_errmsg(r->l));
     for (size_t i = 0; !e && i < n; i++) {
         r->why[0] = '\0';
-        e = run_account(r, &accts[i]);
-        if (e)
-            e = explain(r, accts[i].id, e);
-        else if (r->o->on_progress)
+        if (!r->in_tx) {
+            e = tx_open(r);
+            r->group_first = i;
+        }
+        if (!e)
+            e = run_account(r, &accts[i]);
+        if (e) {
+            e = group_fail(r, explain(r, accts[i].id, e));
+            break;
+        }
+        if (r->o->on_progress) /* the account is run; its results follow its group's commit */
             r->o->on_progress(r->o->ctx, i + 1, n);
+        if (r->group_accounts >= GROUP_ACCOUNTS || r->held_docs.len >= GROUP_DOC_BYTES)
+            e = group_commit(r, accts, i + 1);
     }
     if (!e)
-        e = tx_commit(r);
+        e = group_commit(r, accts, n);
     tx_rollback(r);
     free(accts);
     return e;
@@ -489,6 +666,9 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
     if (!e && o->out_dir)
         e = make_dir(&r, o->out_dir);
     tally_buf_init(&r.doc, 0);
+    tally_buf_init(&r.held_docs, GROUP_DOC_BYTES + TALLY_BUF_DEFAULT_CAP);
+    if (!e && !(r.held = calloc(GROUP_ACCOUNTS, sizeof *r.held)))
+        e = TALLY_NOMEM;
     if (!e)
         e = run_all(&r);
     inv_gatherer_destroy(r.g);
@@ -498,5 +678,7 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
     free(r.extra);
     free(r.tzs);
     tally_buf_release(&r.doc);
+    tally_buf_release(&r.held_docs);
+    free(r.held);
     return e;
 }

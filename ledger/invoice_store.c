@@ -9,23 +9,25 @@
 #include "ledger_int.h"
 #include "tally/money.h"
 
-/* Runs a one-value query with up to three text/integer parameters. */
+/* Runs a one-value query (sql a string literal: its statement is cached)
+ * with a text and an integer parameter. */
 static tally_err one_int(tally_ledger *l, const char *sql, const char *p1, int64_t p2, int64_t *out)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, sql, &st);
+    tally_err e = ledger_cached(l, sql, &st);
     if (e)
         return e;
     if (p1)
         sqlite3_bind_text(st, 1, p1, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, p2);
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
+    if (rc == SQLITE_ROW) {
         *out = sqlite3_column_int64(st, 0);
-    else
-        e = ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
+        rc = SQLITE_DONE;
+    } else if (rc == SQLITE_DONE) {
+        rc = SQLITE_INTERNAL; /* an aggregate always has a row */
+    }
+    return ledger_cached_done(l, st, rc);
 }
 
 tally_err inv_next_number(tally_ledger *l, const char *doc_type, int year, int64_t *number)
@@ -47,7 +49,7 @@ tally_err inv_usage_seq(tally_ledger *l, int64_t *seq)
 tally_err inv_last_hash(tally_ledger *l, char hash[65])
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, "SELECT hash FROM invoices ORDER BY seq DESC LIMIT 1", &st);
+    tally_err e = ledger_cached(l, "SELECT hash FROM invoices ORDER BY seq DESC LIMIT 1", &st);
     if (e)
         return e;
     memcpy(hash, INV_ZERO_HASH, 65);
@@ -56,18 +58,20 @@ tally_err inv_last_hash(tally_ledger *l, char hash[65])
         const char *h = (const char *)sqlite3_column_text(st, 0);
         if (h && strlen(h) == 64)
             memcpy(hash, h, 65);
-    } else if (rc != SQLITE_DONE) {
-        e = ledger_sqlite_err(l, rc);
+        rc = SQLITE_DONE;
     }
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(l, st, rc);
 }
 
 static tally_err insert_invoice(tally_ledger *l, const inv_doc *d, const inv_sealed *s,
                                 int64_t *seq)
 {
+    int y = 0, m = 0;
+    tally_err e = tally_period_parse(d->period, &y, &m);
+    if (e)
+        return e;
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
+    e = ledger_cached(
         l,
         "INSERT INTO invoices(id, doc_type, year, number, account, period, currency, "
         "subtotal_minor, credits_minor, amount_due_minor, refers_to, reason, usage_seq, doc, "
@@ -76,12 +80,6 @@ static tally_err insert_invoice(tally_ledger *l, const inv_doc *d, const inv_sea
         &st);
     if (e)
         return e;
-    int y = 0, m = 0;
-    e = tally_period_parse(d->period, &y, &m);
-    if (e) {
-        sqlite3_finalize(st);
-        return e;
-    }
     sqlite3_bind_text(st, 1, d->invoice_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, d->credit_note ? "credit_note" : "invoice", -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 3, y);
@@ -103,17 +101,14 @@ static tally_err insert_invoice(tally_ledger *l, const inv_doc *d, const inv_sea
     sqlite3_bind_text(st, 17, s->signature, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 18, d->issued_at_s);
     int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        e = ledger_sqlite_err(l, rc);
     *seq = sqlite3_last_insert_rowid(l->db);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(l, st, rc);
 }
 
 static tally_err insert_lines(tally_ledger *l, const inv_doc *d, int64_t seq)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(
+    tally_err e = ledger_cached(
         l,
         "INSERT INTO invoice_lines(invoice_seq, line_no, kind, meter, pricing, migration, sku, "
         "dim2, quantity, unit_price_nano, amount_minor, original_period, adjusts) "
@@ -144,7 +139,8 @@ static tally_err insert_lines(tally_ledger *l, const inv_doc *d, int64_t seq)
             e = ledger_sqlite_err(l, rc);
         sqlite3_reset(st);
     }
-    sqlite3_finalize(st);
+    if (st) /* hands the statement back (the loop reported any error) */
+        (void)ledger_cached_done(l, st, SQLITE_DONE);
     return e;
 }
 
@@ -153,10 +149,10 @@ static tally_err insert_lines(tally_ledger *l, const inv_doc *d, int64_t seq)
 static tally_err insert_credits(tally_ledger *l, const inv_doc *d, int64_t seq)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l,
-                                 "INSERT INTO invoice_credits(invoice_seq, grant_id, line_no, "
-                                 "amount_minor) VALUES (?1, ?2, ?3, ?4)",
-                                 &st);
+    tally_err e = ledger_cached(l,
+                                "INSERT INTO invoice_credits(invoice_seq, grant_id, line_no, "
+                                "amount_minor) VALUES (?1, ?2, ?3, ?4)",
+                                &st);
     for (size_t c = 0; !e && c < d->n_credits; c++) {
         const tally_credit_use *u = &d->credits[c];
         bool seen = false;
@@ -178,7 +174,8 @@ static tally_err insert_credits(tally_ledger *l, const inv_doc *d, int64_t seq)
             e = ledger_sqlite_err(l, rc);
         sqlite3_reset(st);
     }
-    sqlite3_finalize(st);
+    if (st) /* hands the statement back (the loop reported any error) */
+        (void)ledger_cached_done(l, st, SQLITE_DONE);
     return e;
 }
 

@@ -80,6 +80,19 @@ tally_err ledger_cached_done(tally_ledger *l, sqlite3_stmt *st, int rc)
     return e;
 }
 
+tally_err ledger_cached_exec(tally_ledger *l, const char *sql, bool quiet)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_cached(l, sql, &st);
+    if (e != TALLY_OK)
+        return e;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE || !quiet)
+        return ledger_cached_done(l, st, rc);
+    (void)ledger_cached_done(l, st, SQLITE_DONE);
+    return TALLY_DB;
+}
+
 tally_err ledger_prepare(tally_ledger *l, const char *sql, sqlite3_stmt **st)
 {
     int rc = sqlite3_prepare_v3(l->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL);

@@ -88,6 +88,11 @@ tally_err ledger_cached(tally_ledger *l, const char *sql, sqlite3_stmt **st);
 /* ledger_finish for a cached statement: resets it instead of finalizing
  * (finalizes one that did not fit in the cache). */
 tally_err ledger_cached_done(tally_ledger *l, sqlite3_stmt *st, int rc);
+/* Runs a cached statement that returns no rows (SAVEPOINT, RELEASE,
+ * ROLLBACK TO; sql a string literal, as for ledger_cached). quiet: a failure
+ * leaves l->errmsg as it was (an undo after an error keeps that error's
+ * message). Errors: as ledger_sqlite_err. */
+tally_err ledger_cached_exec(tally_ledger *l, const char *sql, bool quiet);
 
 /* Finalizes st after its last step returned rc: TALLY_OK for SQLITE_DONE,
  * else the mapped error (recorded as l->errmsg). */

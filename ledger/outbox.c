@@ -305,7 +305,7 @@ static tally_err build_event(tally_buf *b, const char *type, const char *subject
 static tally_err check_new(tally_ledger *l, const char *event_id, const tally_buf *payload)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, "SELECT payload FROM outbox WHERE event_id = ?1", &st);
+    tally_err e = ledger_cached(l, "SELECT payload FROM outbox WHERE event_id = ?1", &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, event_id, -1, SQLITE_STATIC);
@@ -316,21 +316,20 @@ static tally_err check_new(tally_ledger *l, const char *event_id, const tally_bu
         e = n == payload->len && (n == 0 || memcmp(p, payload->data, n) == 0)
                 ? TALLY_EXISTS
                 : TALLY_EXISTS_DIFFERENT;
-    } else if (rc != SQLITE_DONE) {
-        e = ledger_sqlite_err(l, rc);
+        rc = SQLITE_DONE;
     }
-    sqlite3_finalize(st);
-    return e;
+    tally_err done = ledger_cached_done(l, st, rc);
+    return e ? e : done;
 }
 
 static tally_err insert_event(tally_ledger *l, const char *type, const char *subject,
                               const char *event_id, const tally_buf *payload)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l,
-                                 "INSERT INTO outbox(event_id, type, subject, payload, created_at) "
-                                 "VALUES (?1, ?2, ?3, ?4, ?5)",
-                                 &st);
+    tally_err e = ledger_cached(l,
+                                "INSERT INTO outbox(event_id, type, subject, payload, created_at) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5)",
+                                &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, event_id, -1, SQLITE_STATIC);
@@ -338,11 +337,7 @@ static tally_err insert_event(tally_ledger *l, const char *type, const char *sub
     sqlite3_bind_text(st, 3, subject, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 4, payload->data, (int)payload->len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, tally_now_s());
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        e = ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(l, st, sqlite3_step(st));
 }
 
 /* Builds and stores one event whose data (doc) was already checked. */
@@ -383,6 +378,98 @@ tally_err ledger_outbox_add(tally_ledger *l, const char *type, const char *subje
 
 /* ---- The invoice engine's helpers ------------------------------------------ */
 
+/* ---- Top-level members without a tree ----------------------------------------
+ * Every finalized document is checked before its event is written
+ * (check_doc). Building a json-c tree of it cost as much as storing its
+ * rows, so the members the check reads are found by scanning the document
+ * (which strict_object has already proved to be one JSON object); when a
+ * key or one of those values holds an escape, json-c decodes them instead. */
+
+typedef enum top_result { TOP_ABSENT, TOP_FOUND } top_result;
+
+/* Looks up nk top-level members in one pass. For each key[i], the last
+ * member of that name (json-c keeps the last of duplicate keys):
+ * r[i] TOP_FOUND with the bytes of its string value in s[i], n[i];
+ * TOP_ABSENT when there is none or its value is not a string. Returns false
+ * (nothing decided) when any key, or a value looked up, holds a backslash.
+ * doc must have passed strict_object. */
+static bool top_strings(const char *doc, size_t len, const char *const *key, size_t nk,
+                        const char **s, size_t *n, top_result *r)
+{
+    jcheck j = {(const unsigned char *)doc, (const unsigned char *)doc + len, 1};
+    for (size_t i = 0; i < nk; i++)
+        r[i] = TOP_ABSENT;
+    jc_ws(&j);
+    if (!jc_eat(&j, '{'))
+        return false;
+    jc_ws(&j);
+    if (jc_eat(&j, '}'))
+        return true;
+    do {
+        jc_ws(&j);
+        const unsigned char *k = j.p + 1, *v;
+        if (!jc_string(&j))
+            return false;
+        size_t kn = (size_t)(j.p - 1 - k);
+        jc_ws(&j);
+        (void)jc_eat(&j, ':');
+        jc_ws(&j);
+        v = j.p;
+        if (memchr(k, '\\', kn) || !jc_value(&j))
+            return false;
+        for (size_t i = 0; i < nk; i++) {
+            if (strlen(key[i]) != kn || memcmp(k, key[i], kn) != 0)
+                continue;
+            r[i] = *v == '"' ? TOP_FOUND : TOP_ABSENT;
+            s[i] = (const char *)v + 1;
+            n[i] = r[i] == TOP_FOUND ? (size_t)(j.p - 1 - (v + 1)) : 0;
+            if (r[i] == TOP_FOUND && memchr(s[i], '\\', n[i]))
+                return false;
+        }
+        jc_ws(&j);
+    } while (jc_eat(&j, ','));
+    return true;
+}
+
+/* check_doc's test on the scan; *known false when a member it reads is
+ * escaped (then json-c must answer). */
+static bool doc_is(const char *doc, size_t len, const char *doc_type, const char *id,
+                   const char *account, int64_t *time_s, bool *known)
+{
+    static const char *const keys[] = {"invoice_id", "type", "account", "status", "issued_at"};
+    const char *const want[] = {id, doc_type, account, "finalized"};
+    const char *s[5];
+    size_t n[5];
+    top_result r[5];
+    *known = top_strings(doc, len, keys, 5, s, n, r);
+    if (!*known)
+        return false;
+    int64_t t;
+    *time_s = r[4] == TOP_FOUND && tally_time_parse(s[4], n[4], &t) == TALLY_OK ? t : tally_now_s();
+    for (size_t i = 0; i < 4; i++)
+        if (r[i] != TOP_FOUND || n[i] != strlen(want[i]) || memcmp(s[i], want[i], n[i]) != 0)
+            return false;
+    return true;
+}
+
+/* The same test with json-c, for documents with escapes. */
+static tally_err doc_is_parsed(const char *doc, size_t len, const char *doc_type, const char *id,
+                               const char *account, int64_t *time_s, bool *ok)
+{
+    json_object *root;
+    tally_err e = parse_doc(doc, len, &root);
+    if (e)
+        return e;
+    const char *got_id = member(root, "invoice_id"), *got_type = member(root, "type");
+    const char *got_account = member(root, "account"), *status = member(root, "status");
+    *ok = got_id && strcmp(got_id, id) == 0 && got_type && strcmp(got_type, doc_type) == 0 &&
+          got_account && strcmp(got_account, account) == 0 && status &&
+          strcmp(status, "finalized") == 0;
+    *time_s = issued_at(root);
+    json_object_put(root);
+    return TALLY_OK;
+}
+
 /* Checks that doc is the finalized document id of type doc_type for
  * account; fills *time_s with its issued_at. */
 static tally_err check_doc(tally_ledger *l, const char *doc, size_t len, const char *doc_type,
@@ -390,22 +477,16 @@ static tally_err check_doc(tally_ledger *l, const char *doc, size_t len, const c
 {
     if (!name_ok(id) || !name_ok(account))
         return TALLY_INVAL;
-    json_object *root;
-    tally_err e = parse_doc(doc, len, &root);
-    if (e)
-        return e;
-    const char *got_id = member(root, "invoice_id"), *got_type = member(root, "type");
-    const char *got_account = member(root, "account"), *status = member(root, "status");
-    if (!got_id || strcmp(got_id, id) != 0 || !got_type || strcmp(got_type, doc_type) != 0 ||
-        !got_account || strcmp(got_account, account) != 0 || !status ||
-        strcmp(status, "finalized") != 0) {
+    if (!doc || len == 0 || len > INT32_MAX || !strict_object(doc, len))
+        return TALLY_PARSE;
+    bool known, ok = doc_is(doc, len, doc_type, id, account, time_s, &known);
+    tally_err e = known ? TALLY_OK : doc_is_parsed(doc, len, doc_type, id, account, time_s, &ok);
+    if (!e && !ok) {
         snprintf(l->errmsg, sizeof l->errmsg,
                  "outbox: the document is not the finalized %s %s of account %s", doc_type, id,
                  account);
         e = TALLY_INVAL;
     }
-    *time_s = issued_at(root);
-    json_object_put(root);
     return e;
 }
 

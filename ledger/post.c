@@ -27,28 +27,25 @@ static tally_err insert_entry(tally_ledger *l, const char *kind, const char *ref
 {
     sqlite3_stmt *st;
     tally_err e =
-        ledger_prepare(l, "INSERT INTO entries(kind, ref, created_at) VALUES (?1, ?2, ?3)", &st);
+        ledger_cached(l, "INSERT INTO entries(kind, ref, created_at) VALUES (?1, ?2, ?3)", &st);
     if (e != TALLY_OK)
         return e;
     sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, ref, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, tally_now_s());
     int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        e = ledger_sqlite_err(l, rc);
     *id = sqlite3_last_insert_rowid(l->db);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(l, st, rc);
 }
 
 static tally_err insert_legs(tally_ledger *l, int64_t entry_id, const char *currency,
                              const ledger_posting *p, size_t n)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l,
-                                 "INSERT INTO postings(entry_id, ledger_acct, currency, "
-                                 "debit_minor, credit_minor) VALUES (?1, ?2, ?3, ?4, ?5)",
-                                 &st);
+    tally_err e = ledger_cached(l,
+                                "INSERT INTO postings(entry_id, ledger_acct, currency, "
+                                "debit_minor, credit_minor) VALUES (?1, ?2, ?3, ?4, ?5)",
+                                &st);
     for (size_t i = 0; e == TALLY_OK && i < n; i++) {
         int64_t amt = p[i].amount_minor;
         if (amt == 0)
@@ -63,7 +60,8 @@ static tally_err insert_legs(tally_ledger *l, int64_t entry_id, const char *curr
             e = ledger_sqlite_err(l, rc);
         sqlite3_reset(st);
     }
-    sqlite3_finalize(st);
+    if (st) /* hands the statement back (the loop reported any error) */
+        (void)ledger_cached_done(l, st, SQLITE_DONE);
     return e;
 }
 
@@ -76,16 +74,14 @@ tally_err ledger_post(tally_ledger *l, const char *kind, const char *ref, const 
         snprintf(l->errmsg, sizeof l->errmsg, "entry %s %s does not balance", kind, ref);
         return TALLY_INVAL;
     }
-    int rc = sqlite3_exec(l->db, "SAVEPOINT ledger_post", NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return ledger_sqlite_err(l, rc);
-    tally_err e = insert_entry(l, kind, ref, &entry_id);
+    tally_err e = ledger_cached_exec(l, "SAVEPOINT ledger_post", false);
+    if (e != TALLY_OK)
+        return e;
+    e = insert_entry(l, kind, ref, &entry_id);
     if (e == TALLY_OK)
         e = insert_legs(l, entry_id, currency, p, n);
-    if (e != TALLY_OK)
-        (void)sqlite3_exec(l->db, "ROLLBACK TO ledger_post", NULL, NULL, NULL);
-    rc = sqlite3_exec(l->db, "RELEASE ledger_post", NULL, NULL, NULL);
-    if (e == TALLY_OK && rc != SQLITE_OK)
-        e = ledger_sqlite_err(l, rc);
-    return e;
+    if (e != TALLY_OK) /* quiet: l->errmsg keeps the failure's message */
+        (void)ledger_cached_exec(l, "ROLLBACK TO ledger_post", true);
+    tally_err r = ledger_cached_exec(l, "RELEASE ledger_post", e != TALLY_OK);
+    return e != TALLY_OK ? e : r;
 }

@@ -256,6 +256,53 @@ static void test_helpers(void **state)
     tally_ledger_close(l);
 }
 
+/* The wiring check reads the document's top-level members without a json-c
+ * tree when none of them is escaped: it must decide as json-c would. */
+static tally_err finalized(tally_ledger *l, const char *id, const char *account, const char *doc)
+{
+    return ledger_outbox_invoice_finalized(l, id, account, doc, strlen(doc));
+}
+
+static void test_helpers_scan(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_fresh("outbox-scan");
+    char inv[512];
+    doc_of(inv, sizeof inv, "invoice", "INV-2026-000010", "plain", NULL);
+    assert_int_equal(ledger_begin(l), TALLY_OK);
+    assert_int_equal(finalized(l, "INV-2026-000010", "plainx", inv), TALLY_INVAL);
+    assert_int_equal(finalized(l, "INV-2026-000010", "plai", inv), TALLY_INVAL);
+    assert_int_equal(finalized(l, "INV-2026-00001", "plain", inv), TALLY_INVAL);
+    /* The last of duplicate keys counts (as json-c keeps it); members of
+     * nested objects do not; a member that is not a string is absent. */
+    const char *dup = " { \"invoice_id\" : \"INV-1\" , \"type\":\"invoice\",\"account\":\"a\","
+                      "\"x\":{\"account\":\"c\",\"status\":1},\"account\":\"b\",\"status\":"
+                      "\"finalized\",\"issued_at\":\"2026-04-01T00:00:07Z\"} ";
+    assert_int_equal(finalized(l, "INV-1", "a", dup), TALLY_INVAL);
+    assert_int_equal(finalized(l, "INV-1", "c", dup), TALLY_INVAL);
+    const char *num = "{\"invoice_id\":\"INV-2\",\"type\":\"invoice\",\"account\":\"b\","
+                      "\"status\":true}";
+    assert_int_equal(finalized(l, "INV-2", "b", num), TALLY_INVAL);
+    /* An escape in a member the check does not read keeps the scan. */
+    const char *esc = "{\"invoice_id\":\"INV-3\",\"type\":\"invoice\",\"account\":\"b\","
+                      "\"note\":\"\\u0041\",\"status\":\"finalized\"}";
+    assert_int_equal(finalized(l, "INV-1", "b", dup), TALLY_OK);
+    assert_int_equal(finalized(l, "INV-3", "b", esc), TALLY_OK);
+    /* An escaped value the check reads is decoded (json-c): \u0062 is b. */
+    const char *dec = "{\"invoice_id\":\"INV-4\",\"type\":\"invoice\",\"account\":\"\\u0062\","
+                      "\"status\":\"finalized\"}";
+    assert_int_equal(finalized(l, "INV-4", "b", dec), TALLY_OK);
+    assert_int_equal(finalized(l, "INV-2026-000010", "plain", inv), TALLY_OK);
+    assert_int_equal(ledger_commit(l), TALLY_OK);
+    collected c;
+    pending(l, 0, 0, &c);
+    assert_int_equal(c.n, 4);
+    assert_non_null(strstr(c.payloads[0], "\"time\":\"2026-04-01T00:00:07Z\""));
+    assert_non_null(strstr(c.payloads[1], "\"time\":\"2026-04-02T00:00:00Z\"")); /* none: now */
+    assert_non_null(strstr(c.payloads[3], "\"time\":\"2026-04-01T00:00:05Z\""));
+    tally_ledger_close(l);
+}
+
 static void test_mark_sent(void **state)
 {
     (void)state;
@@ -372,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_add_needs_transaction_and_json),
         cmocka_unit_test(test_rollback_drops_event),
         cmocka_unit_test(test_helpers),
+        cmocka_unit_test(test_helpers_scan),
         cmocka_unit_test(test_mark_sent),
         cmocka_unit_test(test_triggers),
         cmocka_unit_test(test_source_override),

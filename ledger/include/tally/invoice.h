@@ -39,13 +39,19 @@ typedef struct tally_invoice_run_opts {
 } tally_invoice_run_opts;
 
 /* Rates the period for each account. Drafts are recomputed every time.
- * With finalize, each account's invoice is finalized in its own transaction;
- * an account whose period is already finalized (and not voided) keeps its
- * invoice, and late usage for it shows on the next run's invoice as
- * adjustment lines. Errors: TALLY_INVAL (bad period, or an account's time
- * zone is unknown), TALLY_NOT_FOUND (opts->account does not exist),
- * TALLY_NO_PRICE, TALLY_OVERFLOW, TALLY_CRYPTO (key), TALLY_IO, TALLY_DB; why
- * says which account and what. */
+ * With finalize, accounts are finalized in groups of up to 256 per
+ * transaction, each account under a savepoint of its own: a failing
+ * account is rolled back alone, the accounts before it are committed (they
+ * stay finalized, and a re-run skips them) and the run stops; a crash keeps
+ * each group whole or not at all. on_invoice and the output files follow
+ * the commit of the account's group, so they only ever show committed
+ * invoices; on_progress follows each account. An account whose period is
+ * already finalized (and not voided) keeps its invoice, and late usage for
+ * it shows on the next run's invoice as adjustment lines.
+ * Errors: TALLY_INVAL (bad period, or an account's time zone is unknown),
+ * TALLY_NOT_FOUND (opts->account does not exist), TALLY_NO_PRICE,
+ * TALLY_OVERFLOW, TALLY_CRYPTO (key), TALLY_IO, TALLY_DB; why says which
+ * account and what (a failed group commit: which accounts). */
 TALLY_MUST_CHECK tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o,
                                              char *why, size_t cap);
 
