@@ -352,16 +352,28 @@ static void test_rollback(void **state)
 static void test_legacy_keys(void **state)
 {
     (void)state;
-    tally_ledger *l = open_ledger("runs-legacy");
+    char path[600];
+    snprintf(path, sizeof path, "%s/t.db", tu_tmpdir("runs-legacy"));
+    tally_ledger *l = tu_open_priced(path);
     tally_event old = event("//hosts/a", "r-0007", 0);
     uint64_t h[2];
     tally_hash128(old.source, strlen(old.source), 0, h);
-    char sql[300];
+    /* A ledger at migration 14 that holds the key of r-0007 in its dedupe
+     * table, as the meter before runs stored every key. */
+    char sql[600];
     snprintf(sql, sizeof sql,
              "INSERT INTO dedupe(src, id, fp) VALUES (%lld, CAST('r-0007' AS BLOB), %lld); "
-             "UPDATE meta SET value = 1 WHERE key = 'dedupe_legacy'",
+             "DROP VIEW dedupe_keys; DROP TABLE dedupe_runs; DELETE FROM meta WHERE key = "
+             "'dedupe_legacy'; PRAGMA user_version = 14",
              (long long)h[0], (long long)old.fingerprint);
     assert_int_equal(tally_ledger_exec(l, sql), TALLY_OK);
+    tally_ledger_close(l);
+    /* Opening it applies migration 15, which marks it. */
+    char why[256] = "";
+    if (tally_ledger_open(path, &l, why, sizeof why) != TALLY_OK)
+        fail_msg("reopen: %s", why);
+    assert_int_equal(tu_query_int(l, "SELECT value FROM meta WHERE key = 'dedupe_legacy'", NULL),
+                     1);
     tally_batch *b = new_batch(l);
     add(b, &old);
     tally_event other = event("//hosts/a", "r-0007", 1);
