@@ -158,21 +158,8 @@ static void assert_finalized(tally_ledger *l, int64_t n)
 /* work.db (no WAL, no shm) as a copy of base.db, and no output files. */
 static void fresh_work(void)
 {
-    static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
-    char path[700];
-    for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
-        snprintf(path, sizeof path, "%s%s", D.work, sfx[i]);
-        assert_true(unlink(path) == 0 || errno == ENOENT);
-    }
+    tu_copy_db(D.base, D.work);
     assert_int_equal(tu_sh(NULL, "rm -rf '%s'", D.out), 0);
-    tally_buf b;
-    tally_buf_init(&b, 0);
-    assert_int_equal(tu_read_file(D.base, &b), 0);
-    FILE *f = fopen(D.work, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
-    assert_int_equal(fclose(f), 0);
-    tally_buf_release(&b);
 }
 
 /* After a failed run: the fault gone, a re-run finalizes the rest, reports

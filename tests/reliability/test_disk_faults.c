@@ -128,20 +128,7 @@ static int stored_batch(const char *path)
 /* work.db (and no WAL or shm) as a copy of base.db, without a shell. */
 static void copy_base(void)
 {
-    static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
-    char path[700];
-    for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
-        snprintf(path, sizeof path, "%s%s", D.work, sfx[i]);
-        assert_true(unlink(path) == 0 || errno == ENOENT);
-    }
-    tally_buf b;
-    tally_buf_init(&b, 0);
-    assert_int_equal(tu_read_file(D.base, &b), 0);
-    FILE *f = fopen(D.work, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
-    assert_int_equal(fclose(f), 0);
-    tally_buf_release(&b);
+    tu_copy_db(D.base, D.work);
 }
 
 /* The stream, offsets as a Kafka partition would number them, and a base

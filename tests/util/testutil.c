@@ -2,6 +2,7 @@
 #include "tally/embed.h"
 #include "tally/ledger_sql.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,4 +184,22 @@ tally_ledger *tu_open_priced(const char *path)
     if (tally_ledger_ratecard_load(l, card->data, card->len, why, sizeof why) != TALLY_OK)
         fail_msg("ratecard: %s", why);
     return l;
+}
+
+void tu_copy_db(const char *base, const char *work)
+{
+    static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+    char path[1100];
+    for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
+        snprintf(path, sizeof path, "%s%s", work, sfx[i]);
+        assert_true(unlink(path) == 0 || errno == ENOENT);
+    }
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tu_read_file(base, &b), 0);
+    FILE *f = fopen(work, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
+    assert_int_equal(fclose(f), 0);
+    tally_buf_release(&b);
 }

@@ -62,6 +62,10 @@ tally_ledger *tu_open_priced(const char *path);
  * if it cannot. */
 tally_shard *tu_shard_take(tally_shard_set *s, const char *topic, int32_t p);
 
+/* work (with no -wal, -shm or -journal beside it) as a byte copy of the
+ * closed ledger file base, without a shell; fails the test if it cannot. */
+void tu_copy_db(const char *base, const char *work);
+
 /* Reads a whole file into out. Returns 0 on success. */
 int tu_read_file(const char *path, tally_buf *out);
 
