@@ -968,19 +968,23 @@ typedef struct vctx {
     struct vsig_queue *sigs; /* the documents' signatures to verify (verify_sigs.c) */
 } vctx;
 
-/* The documents' Ed25519 signatures, verified in batches on every core
- * (verify_sigs.c). keys is v->keys (borrowed); each other thread loads its
- * own from key_path. Errors: TALLY_NOMEM. */
+/* The documents' Ed25519 signatures, verified in batches on worker threads
+ * while verify goes on (verify_sigs.c). keys is v->keys (borrowed, used on
+ * the calling thread only); each worker loads its own from key_path.
+ * Errors: TALLY_NOMEM. */
 typedef struct vsig_queue vsig_queue;
 tally_err vsig_create(const char *key_path, struct tally_keyring *keys, vsig_queue **out);
 void vsig_destroy(vsig_queue *q);
 /* Queues one document's signature (verifying the batch when it is full). */
 tally_err vsig_add(vctx *v, vsig_queue *q, bool credit_note, const char *id, const char *key_id,
                    const char *hash, const char *sig);
-/* Verifies what is queued: the first failure in ledger order is described
- * in v->why (as the check one document at a time describes it) and
- * returned. */
+/* Waits for everything queued to be verified: the first failure in ledger
+ * order is described in v->why (as the check one document at a time
+ * describes it) and returned. Accepts NULL. */
 tally_err vsig_flush(vctx *v, vsig_queue *q);
+/* Hands what is queued to the workers without waiting (with no workers,
+ * verifies it here). Accepts NULL. */
+tally_err vsig_submit(vctx *v, vsig_queue *q);
 
 /* Describes the failure in v->why (printf-style) and returns err. */
 tally_err verify_fail(vctx *v, tally_err err, const char *fmt, ...)

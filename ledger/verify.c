@@ -708,10 +708,14 @@ static tally_err check_documents(vctx *v)
     if (err == TALLY_OK && rc != SQLITE_DONE)
         err = db_fail(v, ledger_sqlite_err(v->l, rc));
     /* The signatures still queued, of documents up to the last one read: a
-     * failure among them comes first in ledger order. */
-    tally_err sig = vsig_flush(v, v->sigs);
-    vsig_destroy(v->sigs);
-    v->sigs = NULL;
+     * failure among them comes first in ledger order, so after a failure
+     * here they are waited for. Otherwise they are verified while the later
+     * checks run, and waited for at the end (tally_ledger_verify). */
+    tally_err sig = err != TALLY_OK ? vsig_flush(v, v->sigs) : vsig_submit(v, v->sigs);
+    if (err != TALLY_OK || sig != TALLY_OK) {
+        vsig_destroy(v->sigs);
+        v->sigs = NULL;
+    }
     sqlite3_finalize(st);
     return sig != TALLY_OK ? sig : err;
 }
@@ -796,6 +800,13 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     tally_err err = TALLY_OK;
     for (size_t i = 0; err == TALLY_OK && i < sizeof checks / sizeof *checks; i++)
         err = checks[i](&v);
+    /* The documents' signatures, verified meanwhile: a bad one comes before
+     * any failure of a later check. */
+    tally_err sig = vsig_flush(&v, v.sigs);
+    vsig_destroy(v.sigs);
+    v.sigs = NULL;
+    if (sig != TALLY_OK)
+        err = sig;
     if (err == TALLY_OK)
         err = summary(&v);
     sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);

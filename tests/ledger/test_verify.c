@@ -368,15 +368,27 @@ static void test_documents(void **state)
  * while the rest of each document is checked in order: the failure named
  * is still the first in ledger order, and for one document a bad
  * signature comes before a bad total, in batches of 1, 2 and the default. */
+/* An invoice line of invoice 2 that its totals do not include. */
+#define EXTRA_LINE_2                                                                               \
+    "INSERT INTO invoice_lines(invoice_seq, line_no, kind, meter, pricing, migration, sku, dim2, " \
+    "quantity, unit_price_nano, amount_minor) VALUES (2, 2, 'usage', 1, 0, 0, 'ssd', '', '1', 1, " \
+    "3);"
+
 static void test_failure_order(void **state)
 {
     (void)state;
-    static const char *const batches[] = {"1", "2", NULL};
-    for (int b = 0; b < 3; b++) {
+    /* Batches of 1, 2 and the default, on worker threads and (threads 1)
+     * on the calling thread alone. */
+    static const char *const batches[] = {"1", "2", NULL, "1", NULL};
+    for (int b = 0; b < 5; b++) {
         if (batches[b])
             setenv("TALLY_VERIFY_SIG_BATCH", batches[b], 1);
         else
             unsetenv("TALLY_VERIFY_SIG_BATCH");
+        if (b >= 3)
+            setenv("TALLY_VERIFY_SIG_THREADS", "1", 1);
+        else
+            unsetenv("TALLY_VERIFY_SIG_THREADS");
         expect(build(V_GOOD), key, TALLY_OK, "3 documents chained and signed");
 
         tally_ledger *l = build(V_GOOD); /* signature of 1 bad, total of 2 bad */
@@ -404,8 +416,18 @@ static void test_failure_order(void **state)
                 "signature FROM invoices WHERE seq = 1)) AS BLOB), signature = (SELECT signature "
                 "FROM invoices WHERE seq = 1) WHERE seq = 3;" RESTORE_INVOICE_TRIGGERS);
         expect(l, key, TALLY_TAMPERED, "credit note CN-2026-000001: signature does not verify");
+
+        /* A bad signature and line rows that do not add up (a later check,
+         * run while the signatures are verified): the signature. */
+        l = build(V_GOOD);
+        exec_ok(l, DROP_INVOICE_TRIGGERS SWAP_SIGNATURE_1 RESTORE_INVOICE_TRIGGERS EXTRA_LINE_2);
+        expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000001: signature does not verify");
+        l = build(V_GOOD); /* the rows alone */
+        exec_ok(l, EXTRA_LINE_2);
+        expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000002: its line rows sum to 503");
     }
     unsetenv("TALLY_VERIFY_SIG_BATCH");
+    unsetenv("TALLY_VERIFY_SIG_THREADS");
 }
 
 static void test_chain_and_sums(void **state)
