@@ -60,8 +60,9 @@ typedef struct vsig_worker {
 struct vsig_queue {
     vsig_batch ring[VSIG_RING];
     vsig_batch *fill; /* being filled, or NULL */
-    size_t batch;
+    size_t batch, n_ring;
     size_t n_workers;
+    bool failed; /* a failure was returned: later ones are not reported */
     uint64_t next_seq;
     tally_keyring *keys[VSIG_THREADS]; /* [0] the caller's, [1 + w] worker w's */
     pthread_t threads[VSIG_THREADS - 1];
@@ -87,7 +88,7 @@ static void verify_jobs(vsig_job *jobs, size_t n, tally_keyring *keys)
 static vsig_batch *oldest(vsig_queue *q, int state)
 {
     vsig_batch *best = NULL;
-    for (size_t i = 0; i < VSIG_RING; i++)
+    for (size_t i = 0; i < q->n_ring; i++)
         if (q->ring[i].state == state && (!best || q->ring[i].seq < best->seq))
             best = &q->ring[i];
     return best;
@@ -170,6 +171,9 @@ tally_err vsig_create(const char *key_path, tally_keyring *keys, vsig_queue **ou
     q->batch = nb >= 1 && nb <= VSIG_BATCH ? (size_t)nb : VSIG_BATCH;
     const char *t = getenv("TALLY_VERIFY_SIG_THREADS");
     long nt = t ? strtol(t, NULL, 10) : 0;
+    const char *r = getenv("TALLY_VERIFY_SIG_RING"); /* 1..VSIG_RING, for tests */
+    long nr = r ? strtol(r, NULL, 10) : 0;
+    q->n_ring = nr >= 1 && nr <= VSIG_RING ? (size_t)nr : VSIG_RING;
     q->keys[0] = keys;
     /* A worker whose keyring does not load is not started: fewer threads,
      * the same answers. */
@@ -199,12 +203,14 @@ static tally_err job_failure(vctx *v, const vsig_job *j)
 }
 
 /* The first failure of a verified batch, in ledger order; frees it. */
-static tally_err take_done(vctx *v, vsig_batch *b)
+static tally_err take_done(vctx *v, vsig_queue *q, vsig_batch *b)
 {
     b->state = B_FREE;
-    for (size_t i = 0; i < b->n; i++)
-        if (b->jobs[i].result != TALLY_OK)
+    for (size_t i = 0; i < b->n && !q->failed; i++)
+        if (b->jobs[i].result != TALLY_OK) {
+            q->failed = true;
             return job_failure(v, &b->jobs[i]);
+        }
     return TALLY_OK;
 }
 
@@ -213,7 +219,7 @@ static tally_err take_done(vctx *v, vsig_batch *b)
 static tally_err take_oldest(vctx *v, vsig_queue *q, bool *none)
 {
     vsig_batch *b = NULL;
-    for (size_t i = 0; i < VSIG_RING; i++) {
+    for (size_t i = 0; i < q->n_ring; i++) {
         vsig_batch *r = &q->ring[i];
         if (r->state != B_FREE && r->state != B_FILLING && (!b || r->seq < b->seq))
             b = r;
@@ -230,7 +236,7 @@ static tally_err take_oldest(vctx *v, vsig_queue *q, bool *none)
     }
     while (b->state != B_DONE)
         pthread_cond_wait(&q->done, &q->mu);
-    return take_done(v, b);
+    return take_done(v, q, b);
 }
 
 /* Hands the batch being filled to the workers (or, with none, verifies it
@@ -246,7 +252,7 @@ static tally_err submit(vctx *v, vsig_queue *q)
     }
     if (!q->n_workers) {
         verify_jobs(b->jobs, b->n, q->keys[0]);
-        return take_done(v, b);
+        return take_done(v, q, b);
     }
     pthread_mutex_lock(&q->mu);
     b->seq = q->next_seq++;
@@ -263,7 +269,7 @@ static tally_err acquire(vctx *v, vsig_queue *q)
     tally_err err = TALLY_OK;
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        for (size_t i = 0; i < VSIG_RING && !q->fill; i++)
+        for (size_t i = 0; i < q->n_ring && !q->fill; i++)
             if (q->ring[i].state == B_FREE)
                 q->fill = &q->ring[i];
         if (q->fill || err != TALLY_OK)

@@ -426,6 +426,20 @@ static void test_failure_order(void **state)
         exec_ok(l, EXTRA_LINE_2);
         expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000002: its line rows sum to 503");
     }
+    /* A full queue: one document a batch, two batches queued at most, so
+     * the third document waits for the first. The first two signatures are
+     * bad: the first is named, never the second still queued. */
+    setenv("TALLY_VERIFY_SIG_BATCH", "1", 1);
+    setenv("TALLY_VERIFY_SIG_RING", "2", 1);
+    unsetenv("TALLY_VERIFY_SIG_THREADS");
+    tally_ledger *l = build(V_GOOD);
+    exec_ok(
+        l, DROP_INVOICE_TRIGGERS
+        "UPDATE invoices SET doc = CAST(replace(CAST(doc AS TEXT), signature, (SELECT "
+        "signature FROM invoices WHERE seq = 3)) AS BLOB), signature = (SELECT signature "
+        "FROM invoices WHERE seq = 3) WHERE seq = 2;" SWAP_SIGNATURE_1 RESTORE_INVOICE_TRIGGERS);
+    expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000001: signature does not verify");
+    unsetenv("TALLY_VERIFY_SIG_RING");
     unsetenv("TALLY_VERIFY_SIG_BATCH");
     unsetenv("TALLY_VERIFY_SIG_THREADS");
 }
