@@ -1,5 +1,5 @@
 /* Work shared over threads: one loop, used where independent jobs may run
- * on every core (a meter's shard commits, verify's signatures). */
+ * on every core (a meter's shard commits). */
 #ifndef TALLY_PARALLEL_H
 #define TALLY_PARALLEL_H
 
