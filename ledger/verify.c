@@ -22,7 +22,8 @@
  *      due, grants = credits);
  *   9. the ledger's own chain (verify_chain.c): links, every covered row
  *      unchanged since its entry, no covered row outside the chain, usage
- *      against the chained batch totals, the signed heads it holds;
+ *      against the chained batch totals, the dedupe keys against the events
+ *      those batches accepted, the signed heads it holds;
  *  10. on a ledger directory, each shard's integrity, triggers and chain;
  *  11. the prepaid balances, which are derived (account_balances,
  *      running_periods): each recomputed by the refresh's own code and

@@ -113,6 +113,26 @@ static const char usage_sql[] =
     "FROM have) m LEFT JOIN want w ON w.meter = m.meter LEFT JOIN have h ON h.meter = m.meter "
     "WHERE coalesce(w.q, '0') != coalesce(h.q, '0') ORDER BY m.meter LIMIT 1";
 
+/* Dedupe keys against the chained batches. Every event a batch accepted
+ * left one key, and so did every event quarantined as overflow (its key is
+ * recorded before its sum is found not to fit); nothing else adds a key.
+ * Keys are the dedupe rows and the ids runs hold (whole fingerprints, as
+ * integrity_check holds runs to). Fewer keys: keys were deleted or cleared
+ * from a run, and replays of those events would be billed again. More:
+ * keys were planted, and the events they name would be dropped as
+ * duplicates, never billed. A ledger with usage from before migration 9
+ * (batch 0 counts its rows, not its events) can only be held to "not
+ * fewer". */
+static const char keys_sql[] =
+    "SELECT 'dedupe keys: ' || k || ' stored, but the chained usage batches accepted ' || e || "
+    "' events' || CASE WHEN q > 0 THEN ' and ' || q || ' were quarantined as overflow' ELSE '' "
+    "END || CASE WHEN k < e + q THEN ' (keys were deleted or edited: replays would be billed "
+    "again)' ELSE ' (keys were planted: the events they name would never be billed)' END FROM "
+    "(SELECT (SELECT count(*) FROM dedupe) + (SELECT coalesce(sum(length(fps) / 6), 0) FROM "
+    "dedupe_runs) k, (SELECT coalesce(sum(events), 0) FROM usage_batches) e, (SELECT count(*) "
+    "FROM quarantine WHERE reason = 'overflow') q, EXISTS (SELECT 1 FROM usage_batches WHERE "
+    "seq = 0) old) WHERE k < e + q OR (k > e + q AND NOT old)";
+
 tally_err verify_chain(vctx *v)
 {
     tally_err err = verify_sql(v, links_sql);
@@ -131,5 +151,7 @@ tally_err verify_chain(vctx *v)
     tally_buf_release(&sql);
     if (err == TALLY_OK)
         err = verify_sql(v, usage_sql);
+    if (err == TALLY_OK)
+        err = verify_sql(v, keys_sql);
     return err == TALLY_OK ? verify_heads(v) : err;
 }

@@ -427,13 +427,90 @@ static void test_edited_run(void **state)
     tally_ledger_close(l);
 }
 
+static void verify_says(tally_ledger *l, tally_err want, const char *text)
+{
+    char why[512] = "";
+    tally_err got = tally_ledger_verify(l, NULL, why, sizeof why);
+    if (got != want || !strstr(why, text))
+        fail_msg("verify: %s (%s), wanted %s with \"%s\"", tally_err_name(got), why,
+                 tally_err_name(want), text);
+}
+
+/* Keys deleted from the file, from a run (its bitmap and fingerprints
+ * rewritten to agree) or from the dedupe table, would let a replay be
+ * billed again: tally verify counts the keys against the chained batches'
+ * events. An event quarantined as overflow keeps its key and is no alarm. */
+static void test_deleted_keys(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-deleted");
+    tally_batch *b = new_batch(l);
+    const char *ids[] = {"r-0001", "r-0002", "r-0003", "r-0004", "r-0005", "free-a", "free-b"};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        tally_event ev = event("//hosts/a", ids[i], 0);
+        add(b, &ev);
+    }
+    tally_event big = event("//hosts/a", "t-0001", 0);
+    big.meter = TALLY_METER_TRAFFIC;
+    big.weight = INT64_MAX;
+    snprintf(big.dim, sizeof big.dim, "internet");
+    snprintf(big.dim2, sizeof big.dim2, "egress");
+    add(b, &big);
+    tally_event over = big;
+    snprintf(over.id, sizeof over.id, "t-0002");
+    over.weight = 1;
+    add(b, &over);
+    tally_event_result r[9];
+    commit_ok(b, r);
+    assert_int_equal(r[8], TALLY_RESULT_QUARANTINED); /* overflow: its key stays */
+    assert_int_equal(keys(l), 9);
+    verify_says(l, TALLY_OK, "balanced");
+
+    /* r-0003 cleared from its run, consistently. */
+    assert_int_equal(tally_ledger_exec(l, "UPDATE dedupe_runs SET bits = "
+                                          "x'3600000000000000000000000000000000000000', fps = "
+                                          "CAST(substr(fps, 1, 12) || substr(fps, 19) AS BLOB) "
+                                          "WHERE prefix = CAST('r-' AS BLOB)"),
+                     TALLY_OK);
+    assert_int_equal(keys(l), 8);
+    verify_says(l, TALLY_TAMPERED,
+                "dedupe keys: 8 stored, but the chained usage batches accepted 8 events and 1 "
+                "were quarantined as overflow (keys were deleted");
+    /* The harm it hides: a replay of r-0003 is new again, and verify still
+     * says so. */
+    tally_event again = event("//hosts/a", "r-0003", 0);
+    add(b, &again);
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    verify_says(l, TALLY_TAMPERED,
+                "dedupe keys: 9 stored, but the chained usage batches accepted 9 events and 1");
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+
+    l = open_ledger("runs-deleted-row");
+    b = new_batch(l);
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        tally_event ev = event("//hosts/a", ids[i], 0);
+        add(b, &ev);
+    }
+    commit_ok(b, NULL);
+    verify_says(l, TALLY_OK, "balanced");
+    assert_int_equal(tally_ledger_exec(l, "DELETE FROM dedupe WHERE id = CAST('free-a' AS BLOB)"),
+                     TALLY_OK);
+    verify_says(l, TALLY_TAMPERED,
+                "dedupe keys: 6 stored, but the chained usage batches accepted 7");
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_split),       cmocka_unit_test(test_random_streams),
-        cmocka_unit_test(test_full_runs),   cmocka_unit_test(test_out_of_order),
-        cmocka_unit_test(test_view_ids),    cmocka_unit_test(test_rollback),
-        cmocka_unit_test(test_legacy_keys), cmocka_unit_test(test_edited_run),
+        cmocka_unit_test(test_split),        cmocka_unit_test(test_random_streams),
+        cmocka_unit_test(test_full_runs),    cmocka_unit_test(test_out_of_order),
+        cmocka_unit_test(test_view_ids),     cmocka_unit_test(test_rollback),
+        cmocka_unit_test(test_legacy_keys),  cmocka_unit_test(test_edited_run),
+        cmocka_unit_test(test_deleted_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
