@@ -344,14 +344,8 @@ static int64_t *used_slot(bal_engine *b, int64_t grant_id)
     for (size_t i = 0; i < b->n_used; i++)
         if (b->used[i].grant_id == grant_id)
             return &b->used[i].used_minor;
-    if (b->n_used == b->cap_used) {
-        size_t nc = b->cap_used ? b->cap_used * 2 : 16;
-        bal_used *p = realloc(b->used, nc * sizeof *p);
-        if (!p)
-            return NULL;
-        b->used = p;
-        b->cap_used = nc;
-    }
+    if (ledger_grow((void **)&b->used, b->n_used, &b->cap_used, sizeof *b->used, 16) != TALLY_OK)
+        return NULL;
     b->used[b->n_used] = (bal_used){grant_id, 0};
     return &b->used[b->n_used++].used_minor;
 }

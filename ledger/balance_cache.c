@@ -97,15 +97,11 @@ static tally_err entry_room(bal_cache *c)
         bal_cache_clear(c);
     if (c->n < c->cap)
         return TALLY_OK;
-    size_t nc = c->cap ? c->cap * 2 : 64;
-    bal_cache_entry *v = realloc(c->v, nc * sizeof *v);
-    if (!v)
-        return TALLY_NOMEM;
-    c->v = v;
-    c->cap = nc;
-    tally_err e = idx_table_reserve(&c->index, nc); /* emptied: the entries go back in */
+    tally_err e = ledger_grow((void **)&c->v, c->n, &c->cap, sizeof *c->v, 64);
+    if (e == TALLY_OK) /* emptied: the entries go back in */
+        e = idx_table_reserve(&c->index, c->cap);
     for (size_t i = 0; e == TALLY_OK && i < c->n; i++)
-        idx_table_insert(&c->index, account_hash(v[i].acct.id), (uint32_t)i);
+        idx_table_insert(&c->index, account_hash(c->v[i].acct.id), (uint32_t)i);
     return e;
 }
 
@@ -140,18 +136,11 @@ static bool iv_room(bal_cache *c, bal_cache_entry *e)
         entry_release(e);
         return false;
     }
-    if (e->n_iv < e->cap_iv)
+    if (ledger_grow((void **)&e->ivs, e->n_iv, &e->cap_iv, sizeof *e->ivs, 8) == TALLY_OK)
         return true;
-    size_t nc = e->cap_iv ? e->cap_iv * 2 : 8;
-    bal_cache_iv *v = realloc(e->ivs, nc * sizeof *v);
-    if (!v) {
-        c->rows -= e->n_iv;
-        entry_release(e);
-        return false;
-    }
-    e->ivs = v;
-    e->cap_iv = nc;
-    return true;
+    c->rows -= e->n_iv;
+    entry_release(e);
+    return false;
 }
 
 static int id_order(const void *pa, const void *pb)

@@ -194,15 +194,7 @@ void inv_input_release(inv_input *x)
 /* Makes room for one more element in a growable array. */
 static tally_err grow(void **arr, size_t n, size_t *cap, size_t size)
 {
-    if (n < *cap)
-        return TALLY_OK;
-    size_t nc = *cap ? *cap * 2 : 64;
-    void *p = realloc(*arr, nc * size);
-    if (!p)
-        return TALLY_NOMEM;
-    *arr = p;
-    *cap = nc;
-    return TALLY_OK;
+    return ledger_grow(arr, n, cap, size, 64);
 }
 
 /* Binds account, window [lo, hi) and currency to st (query q). */

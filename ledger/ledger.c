@@ -8,6 +8,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -491,4 +492,19 @@ const char *tally_event_result_name(tally_event_result r)
     if ((unsigned)r < sizeof names / sizeof *names)
         return names[r];
     return "unknown";
+}
+
+tally_err ledger_grow(void **arr, size_t n, size_t *cap, size_t size, size_t first)
+{
+    if (n < *cap)
+        return TALLY_OK;
+    size_t nc = *cap ? *cap * 2 : first;
+    if (nc < *cap || nc > SIZE_MAX / size)
+        return TALLY_NOMEM;
+    void *p = realloc(*arr, nc * size);
+    if (!p)
+        return TALLY_NOMEM;
+    *arr = p;
+    *cap = nc;
+    return TALLY_OK;
 }

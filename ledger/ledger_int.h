@@ -94,6 +94,11 @@ tally_err ledger_cached_done(tally_ledger *l, sqlite3_stmt *st, int rc);
  * message). Errors: as ledger_sqlite_err. */
 tally_err ledger_cached_exec(tally_ledger *l, const char *sql, bool quiet);
 
+/* Makes room for one more element in a growable array of n elements of
+ * size bytes: *cap doubles (from first). Errors: TALLY_NOMEM (the array is
+ * unchanged). */
+tally_err ledger_grow(void **arr, size_t n, size_t *cap, size_t size, size_t first);
+
 /* Finalizes st after its last step returned rc: TALLY_OK for SQLITE_DONE,
  * else the mapped error (recorded as l->errmsg). */
 tally_err ledger_finish(tally_ledger *l, sqlite3_stmt *st, int rc);

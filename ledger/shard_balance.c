@@ -86,14 +86,8 @@ static tally_err pending_db(tally_ledger *m, shard_src *src, sqlite3 **db)
 
 static tally_err pending_add(pending_rows *p, sqlite3_stmt *st)
 {
-    if (p->n == p->cap) {
-        size_t nc = p->cap ? p->cap * 2 : 64;
-        batch_touch *v = realloc(p->rows, nc * sizeof *v);
-        if (!v)
-            return TALLY_NOMEM;
-        p->rows = v;
-        p->cap = nc;
-    }
+    if (ledger_grow((void **)&p->rows, p->n, &p->cap, sizeof *p->rows, 64) != TALLY_OK)
+        return TALLY_NOMEM;
     batch_touch *t = &p->rows[p->n++];
     const char *a = (const char *)sqlite3_column_text(st, 0);
     snprintf(t->account, sizeof t->account, "%s", a ? a : "");

@@ -689,6 +689,28 @@ static void test_gap_open_and_stats(void **state)
     tally_ledger_close(l);
 }
 
+/* ledger_grow: room for one more, doubling from first; a size that cannot
+ * be allocated leaves the array as it was. */
+static void test_grow(void **state)
+{
+    (void)state;
+    int *v = NULL;
+    size_t cap = 0;
+    assert_int_equal(ledger_grow((void **)&v, 0, &cap, sizeof *v, 4), TALLY_OK);
+    assert_int_equal(cap, 4);
+    v[3] = 7;
+    assert_int_equal(ledger_grow((void **)&v, 3, &cap, sizeof *v, 4), TALLY_OK);
+    assert_int_equal(cap, 4); /* room already */
+    assert_int_equal(ledger_grow((void **)&v, 4, &cap, sizeof *v, 4), TALLY_OK);
+    assert_int_equal(cap, 8);
+    assert_int_equal(v[3], 7);
+    int *before = v;
+    assert_int_equal(ledger_grow((void **)&v, 8, &cap, SIZE_MAX / 8, 4), TALLY_NOMEM);
+    assert_ptr_equal(v, before);
+    assert_int_equal(cap, 8);
+    free(v);
+}
+
 int main(void)
 {
     unsetenv("TALLY_NOW");
@@ -707,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_query),
         cmocka_unit_test(test_gap_open_and_stats),
         cmocka_unit_test(test_canon_bytes),
+        cmocka_unit_test(test_grow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
