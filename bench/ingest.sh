@@ -4,6 +4,8 @@
 #
 #   bench/ingest.sh [BUILD_DIR] [EVENTS]
 #
+# PRODUCE_ARGS adds bench_produce options (e.g. "--gaps 1" for the stream of
+# earlier runs, whose accelerator intervals break every few reports).
 # Prints events/s for both (CPU time, which the machine's other load moves
 # less than wall time), their ratio, wall time and peak RSS of the ingest.
 set -euo pipefail
@@ -14,7 +16,7 @@ trap 'rm -rf "$work"' EXIT
 
 "$build/bench_produce" --events "$n" --accounts 2000 --instances 8000 \
   --dup-permille 5 --poison-permille 1 --start 2026-03-01T00:00:00Z \
-  --ndjson "$work/usage.ndjson" >/dev/null
+  --ndjson "$work/usage.ndjson" ${PRODUCE_ARGS:-} >/dev/null
 lines=$(wc -l <"$work/usage.ndjson")
 bytes=$(stat -c %s "$work/usage.ndjson")
 "$build/tally" --db "$work/ledger.db" init >/dev/null
@@ -35,3 +37,4 @@ echo "events          $lines lines, $bytes bytes ($(cat "$work/counts"))"
 echo "ingest          $ingest_cpu events/s CPU, $ingest_wall events/s wall, ${wall}s, peak RSS ${rss_kib} KiB"
 echo "bare decode     $decode events/s CPU"
 echo "ingest / decode $((ingest_cpu * 1000 / decode))/1000 (CPU)"
+echo "ledger          $(stat -c %s "$work/ledger.db") bytes after the ingest"
