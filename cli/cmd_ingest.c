@@ -27,6 +27,8 @@
 #define INGEST_BATCH  100000
 #define READ_CHUNK    ((size_t)1 << 20)
 #define LINE_MAX_KEPT (TALLY_EVENT_MAX_BYTES + 1) /* one more, so decode says too_large */
+#define ORIGIN_NAME   (TALLY_ID_MAX + 48)         /* of the origin's prefix */
+#define ORIGIN_CAP    (ORIGIN_NAME + 48)          /* prefix, line number, ':', hash */
 
 typedef struct ingest_state {
     cli_ctx *ctx;
@@ -35,7 +37,44 @@ typedef struct ingest_state {
     const char *name;
     int64_t now_s;
     int64_t line_no;
+    char prefix[ORIGIN_CAP]; /* "file:<name>:", cut to fit */
+    size_t prefix_len;
 } ingest_state;
+
+/* "file:<name>:"; a name too long for it is cut and followed by "~" and
+ * the hash of all of it, so that two files never share origins. */
+static void origin_prefix(ingest_state *s)
+{
+    size_t len = strlen(s->name);
+    if (len + 7 <= ORIGIN_NAME) {
+        snprintf(s->prefix, ORIGIN_NAME, "file:%s:", s->name);
+    } else {
+        uint64_t h[2];
+        tally_hash128(s->name, len, 0, h);
+        snprintf(s->prefix, ORIGIN_NAME, "file:%.*s~%016llx:", ORIGIN_NAME - 32, s->name,
+                 (unsigned long long)h[0]);
+    }
+    s->prefix_len = strlen(s->prefix);
+}
+
+/* Each line's origin, "file:<name>:<line>:<16 hex digits of its hash>",
+ * written without printf (it is made for every line). */
+static void origin_of(const ingest_state *s, const char *line, size_t len, char out[ORIGIN_CAP])
+{
+    uint64_t h[2];
+    tally_hash128(line, len, 0, h);
+    memcpy(out, s->prefix, s->prefix_len);
+    char *p = out + s->prefix_len, digits[24];
+    size_t n = 0;
+    for (unsigned long long v = (unsigned long long)s->line_no; n == 0 || v; v /= 10)
+        digits[n++] = (char)('0' + v % 10);
+    while (n)
+        *p++ = digits[--n];
+    *p++ = ':';
+    for (int i = 15; i >= 0; i--)
+        *p++ = "0123456789abcdef"[(h[0] >> (4 * i)) & 15];
+    *p = '\0';
+}
 
 static int commit(ingest_state *s)
 {
@@ -53,11 +92,8 @@ static int one_line(ingest_state *s, const char *line, size_t len)
         len--;
     if (len == 0)
         return CLI_OK;
-    uint64_t h[2];
-    tally_hash128(line, len, 0, h);
-    char origin[TALLY_ID_MAX + 96];
-    snprintf(origin, sizeof origin, "file:%s:%lld:%016llx", s->name, (long long)s->line_no,
-             (unsigned long long)h[0]);
+    char origin[ORIGIN_CAP];
+    origin_of(s, line, len, origin);
     tally_err e = tally_pipeline_add(s->p, line, len, origin, s->now_s, NULL);
     if (e)
         return cli_error(s->ctx, CLI_FAIL, "line %lld: %s", (long long)s->line_no,
@@ -83,11 +119,8 @@ static int cut_line(ingest_state *s, long_line *ll)
     char sha[65];
     tally_sha256_final(ll->h, sha);
     ll->h = NULL;
-    uint64_t h[2];
-    tally_hash128(ll->kept, LINE_MAX_KEPT, 0, h);
-    char origin[TALLY_ID_MAX + 96];
-    snprintf(origin, sizeof origin, "file:%s:%lld:%016llx", s->name, (long long)s->line_no,
-             (unsigned long long)h[0]);
+    char origin[ORIGIN_CAP];
+    origin_of(s, ll->kept, LINE_MAX_KEPT, origin);
     tally_err e = tally_pipeline_add_cut(s->p, ll->kept, LINE_MAX_KEPT, ll->size, sha, origin);
     if (e)
         return cli_error(s->ctx, CLI_FAIL, "line %lld: %s", (long long)s->line_no,
@@ -130,9 +163,8 @@ static int read_lines(ingest_state *s, FILE *f)
         size_t n = fread(buf + have, 1, cap - have, f);
         have += n;
         size_t start = 0;
-        for (size_t i = 0; i < have && !rc; i++) {
-            if (buf[i] != '\n')
-                continue;
+        for (const char *nl; !rc && (nl = memchr(buf + start, '\n', have - start));) {
+            size_t i = (size_t)(nl - buf);
             if (ll.h) {
                 more_long(&ll, buf + start, i - start);
                 rc = cut_line(s, &ll);
@@ -187,6 +219,7 @@ int cmd_ingest(cli_ctx *ctx, int argc, char **argv)
     if (!f)
         return cli_error(ctx, CLI_USAGE, "cannot open %s: %s", pos[0], strerror(errno));
     ingest_state s = {.ctx = ctx, .name = is_stdin ? "stdin" : pos[0], .now_s = tally_now_s()};
+    origin_prefix(&s);
     if ((rc = cli_open_ledger(ctx, &s.l)))
         goto out_file;
     if (tally_pipeline_create(s.l, INGEST_BATCH, &s.p) != TALLY_OK) {

@@ -1,9 +1,12 @@
 /* `tally credit grant ... --idempotency-key KEY`: a retried top-up prints
  * the first run's grant id and exits 0, a key reused for another grant
  * exits 2 with one line and stores nothing, and processes racing with one
- * key store one grant. */
+ * key store one grant. `tally ingest` of the same file again stores its
+ * quarantined lines once: each line's origin names the file, the line and
+ * its hash, however long the file's name. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "testutil.h"
 #include "tally/ledger_sql.h"
@@ -215,6 +218,52 @@ static void test_racing_retries(void **state)
     tally_buf_release(&b);
 }
 
+/* Writes two bad lines and a good one to path. */
+static void write_lines(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("not json\n"
+          "{\"specversion\":\"1.0\",\"id\":\"e-1\",\"source\":\"//h\",\"type\":"
+          "\"accelerator.usage\",\"subject\":\"acme\",\"time\":\"2026-03-01T00:00:00Z\","
+          "\"data\":{\"instance\":\"i-1\",\"sku\":\"h100\",\"pricing\":\"on_demand\","
+          "\"cards\":1,\"seconds\":10}}\n"
+          "also not json\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_ingest_again(void **state)
+{
+    (void)state;
+    cli_fx f;
+    fx_init(&f, "ingest-again");
+    /* A path past the 224 bytes that once cut the line number off. */
+    char name[160], path[1000];
+    memset(name, 'n', 150);
+    name[150] = '\0';
+    snprintf(path, sizeof path, "%s/%s", f.dir, name);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/%s/%s.ndjson", f.dir, name, name);
+    write_lines(path);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(tu_tally(NULL, "%s ingest '%s' >/dev/null", f.base, path), 0);
+    assert_int_equal(query_int(&f, "SELECT count(*) FROM quarantine"), 2);
+    assert_int_equal(query_int(&f, "SELECT count(*) FROM quarantine WHERE origin GLOB "
+                                   "'file:*nnn~[0-9a-f]*:[13]:[0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
+                                   "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
+                                   "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'"),
+                     2);
+    assert_int_equal(query_int(&f, "SELECT sum(events) FROM usage_batches"), 1);
+    assert_int_equal(tu_tally(NULL, "%s verify >/dev/null", f.base), 0);
+    /* Another file whose long name starts the same stores its lines too. */
+    char other[1100];
+    snprintf(other, sizeof other, "%s/%s/%s-2.ndjson", f.dir, name, name);
+    write_lines(other);
+    assert_int_equal(tu_tally(NULL, "%s ingest '%s' >/dev/null", f.base, other), 0);
+    assert_int_equal(query_int(&f, "SELECT count(*) FROM quarantine"), 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_other_request_refused),
         cmocka_unit_test(test_bad_keys),
         cmocka_unit_test(test_racing_retries),
+        cmocka_unit_test(test_ingest_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
