@@ -249,15 +249,13 @@ static int chain_last(struct chain_conn *c, int64_t *seq, char hash[65])
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* hash = SHA-256(tally_canon(prev, seq, tbl, key, row_hash)); prev and
- * row_hash are at most 64 hex digits, tbl a table's name. */
-static tally_err chain_link(const char *prev, int64_t seq, const char *tbl, int64_t key,
-                            const char *row_hash, char hash[65])
+tally_err ledger_chain_link(const char *prev, size_t np, int64_t seq, const char *tbl, size_t nt,
+                            int64_t key, const char *row_hash, size_t nr, char hash[65])
 {
-    char b[64 + 64 + 128 + 5 * CANON_OVERHEAD];
-    size_t np = strlen(prev), nt = strlen(tbl), nr = strlen(row_hash), len = 0;
-    if (np > 64 || nr > 64 || nt > 128)
-        return TALLY_INVAL;
+    char stack[512], *b = stack;
+    size_t cap = np + nt + nr + 5 * CANON_OVERHEAD, len = 0;
+    if (cap > sizeof stack && !(b = malloc(cap)))
+        return TALLY_NOMEM;
     len += put_bytes(b + len, 't', prev, np);
     b[len++] = 'i';
     len += put_i64(b + len, seq);
@@ -268,6 +266,8 @@ static tally_err chain_link(const char *prev, int64_t seq, const char *tbl, int6
     b[len++] = ';';
     len += put_bytes(b + len, 't', row_hash, nr);
     tally_sha256_hex(b, len, hash);
+    if (b != stack)
+        free(b);
     return TALLY_OK;
 }
 
@@ -307,8 +307,9 @@ static void fn_chain_add(sqlite3_context *cx, int argc, sqlite3_value **argv)
     char row_hash[65], prev[65], hash[65];
     tally_sha256_hex(canon, (size_t)sqlite3_value_bytes(argv[2]), row_hash);
     int rc = chain_last(c, &seq, prev);
-    if (rc == SQLITE_OK &&
-        chain_link(prev, seq + 1, (const char *)tbl, key, row_hash, hash) != TALLY_OK)
+    if (rc == SQLITE_OK && ledger_chain_link(prev, strlen(prev), seq + 1, (const char *)tbl,
+                                             (size_t)sqlite3_value_bytes(argv[0]), key, row_hash,
+                                             64, hash) != TALLY_OK)
         rc = SQLITE_NOMEM;
     if (rc == SQLITE_OK)
         rc = chain_insert(c, seq + 1, (const char *)tbl, key, row_hash, hash);

@@ -952,6 +952,11 @@ tally_err ledger_idem_record(tally_ledger *l, const char *scope, const char *key
  * tally_chain_add(), which the chain's triggers (schemas/009_chain.sql)
  * call, on l->db. */
 tally_err ledger_chain_register(tally_ledger *l);
+/* hash = SHA-256(tally_canon(prev, seq, tbl, key, row_hash)) of texts of
+ * the given byte lengths: an entry's link to the one before. Errors:
+ * TALLY_NOMEM. */
+tally_err ledger_chain_link(const char *prev, size_t np, int64_t seq, const char *tbl, size_t nt,
+                            int64_t key, const char *row_hash, size_t nr, char hash[65]);
 /* Finalizes the chain's cached statements; before closing l->db. */
 void ledger_chain_close(tally_ledger *l);
 /* Counts one new usage event into b's totals for the chain. */

@@ -93,14 +93,62 @@ static tally_err unchained_sql(const chain_table *t, tally_buf *b)
                             t->desc, t->name, t->name);
 }
 
-static const char links_sql[] =
-    "SELECT CASE WHEN coalesce(pseq, 0) != seq - 1 THEN 'ledger chain entry ' || seq || "
-    "': entries ' || (coalesce(pseq, 0) + 1) || ' to ' || (seq - 1) || ' are missing' ELSE "
-    "'ledger chain entry ' || seq || ' (' || tbl || ' row ' || row_key || '): its hash does "
-    "not follow from the entry before (the chain was rewritten)' END FROM (SELECT seq, tbl, "
-    "row_key, hash, lag(seq) OVER w pseq, tally_sha256(tally_canon(coalesce(lag(hash) OVER w, "
-    "''), seq, tbl, row_key, row_hash)) want FROM ledger_chain WINDOW w AS (ORDER BY seq)) "
-    "WHERE want != hash OR coalesce(pseq, 0) != seq - 1 ORDER BY seq LIMIT 1";
+/* Every entry links to the one before: seq counts 1, 2, 3... and hash =
+ * SHA-256(tally_canon(the previous entry's hash or '', seq, tbl, row_key,
+ * row_hash)), computed here rather than in SQL (one pass in seq order; a
+ * window query sorted the whole chain first). The first entry that does
+ * not follow is named. */
+static tally_err link_fail(vctx *v, sqlite3_stmt *st, int64_t pseq, int64_t seq)
+{
+    if (seq != pseq + 1)
+        return verify_fail(v, TALLY_TAMPERED,
+                           "ledger chain entry %lld: entries %lld to %lld are missing",
+                           (long long)seq, (long long)pseq + 1, (long long)seq - 1);
+    const unsigned char *tbl = sqlite3_column_text(st, 1);
+    return verify_fail(v, TALLY_TAMPERED,
+                       "ledger chain entry %lld (%s row %lld): its hash does not follow from the "
+                       "entry before (the chain was rewritten)",
+                       (long long)seq, tbl ? (const char *)tbl : "",
+                       (long long)sqlite3_column_int64(st, 2));
+}
+
+static tally_err check_links(vctx *v)
+{
+    sqlite3_stmt *st;
+    tally_err err = ledger_prepare(
+        v->l, "SELECT seq, tbl, row_key, row_hash, hash FROM ledger_chain ORDER BY seq", &st);
+    if (err != TALLY_OK)
+        return verify_fail(v, err, "ledger database: %s", tally_ledger_errmsg(v->l));
+    char prev[65] = "", want[65];
+    int64_t pseq = 0;
+    int rc = SQLITE_DONE;
+    while (err == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t seq = sqlite3_column_int64(st, 0);
+        const char *tbl = (const char *)sqlite3_column_text(st, 1);
+        size_t nt = (size_t)sqlite3_column_bytes(st, 1);
+        const char *row_hash = (const char *)sqlite3_column_text(st, 3);
+        size_t nr = (size_t)sqlite3_column_bytes(st, 3);
+        const char *hash = (const char *)sqlite3_column_text(st, 4);
+        size_t nh = (size_t)sqlite3_column_bytes(st, 4);
+        if (!tbl || !row_hash || !hash) {
+            err = verify_fail(v, TALLY_NOMEM, "out of memory");
+            break;
+        }
+        err = ledger_chain_link(prev, strlen(prev), seq, tbl, nt, sqlite3_column_int64(st, 2),
+                                row_hash, nr, want);
+        if (err != TALLY_OK)
+            err = verify_fail(v, err, "out of memory");
+        else if (seq != pseq + 1 || nh != 64 || memcmp(want, hash, 64) != 0)
+            err = link_fail(v, st, pseq, seq);
+        memcpy(prev, want, sizeof prev); /* equal to hash when the entry follows */
+        pseq = seq;
+    }
+    if (err == TALLY_OK && rc != SQLITE_DONE)
+        err = verify_fail(v, ledger_sqlite_err(v->l, rc), "ledger database: %s",
+                          tally_ledger_errmsg(v->l));
+    sqlite3_finalize(st);
+    return err;
+}
 
 /* Usage against the chained batch totals, per meter. */
 static const char usage_sql[] =
@@ -135,7 +183,7 @@ static const char keys_sql[] =
 
 tally_err verify_chain(vctx *v)
 {
-    tally_err err = verify_sql(v, links_sql);
+    tally_err err = check_links(v);
     tally_buf sql;
     tally_buf_init(&sql, 0);
     for (size_t i = 0; err == TALLY_OK && i < sizeof tables / sizeof *tables; i++) {

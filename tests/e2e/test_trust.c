@@ -434,6 +434,15 @@ static void test_chain_catches_hidden_edits_2(void **state)
            "UPDATE ledger_chain SET row_hash = lower(hex(randomblob(32))) "
            "WHERE tbl = 'grants';",
            "", "its hash does not follow from the entry before");
+    /* an entry deleted from the middle of the chain */
+    tamper("q2_chain_entry_deleted", "ledger_chain_no_delete",
+           "DELETE FROM ledger_chain WHERE seq = 3;", "",
+           "FAILED: ledger chain entry 4: entries 3 to 3 are missing");
+    /* a forged entry appended: its link is not the hash of the one before */
+    tamper("q3_chain_entry_forged", "",
+           "INSERT INTO ledger_chain(tbl, row_key, row_hash, hash) SELECT 'grants', 1, row_hash, "
+           "hash FROM ledger_chain ORDER BY seq DESC LIMIT 1;",
+           "", "(grants row 1): its hash does not follow from the entry before");
 }
 
 /* `tally head` and `tally verify --head FILE`: a saved head catches what
