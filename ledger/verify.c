@@ -28,18 +28,23 @@
  *  11. the prepaid balances, which are derived (account_balances,
  *      running_periods): each recomputed by the refresh's own code and
  *      compared with what is stored (verify_balance.c).
- * Everything is read in one read transaction, so a concurrent writer cannot
- * make a consistent ledger look inconsistent. */
+ * Everything is read at one snapshot, so a concurrent writer cannot make a
+ * consistent ledger look inconsistent. On a ledger file, 1 and 9 run on a
+ * second connection on another thread, at the same snapshot as the rest
+ * (begin_snapshot), while the signatures are verified on worker threads;
+ * the failure reported is still the first in this order. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <json-c/json.h>
 
 #include "ledger_int.h"
 #include "tally/embed.h"
+#include "tally/parallel.h"
 #include "tally/sign.h"
 
 #define ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
@@ -769,6 +774,47 @@ static const check_fn checks[] = {
     check_integrity, check_triggers,    check_ledger_sql, check_documents, check_rows_sql,
     verify_chain,    check_derived_sql, check_shards,     verify_balances,
 };
+#define N_CHECKS        (sizeof checks / sizeof *checks)
+#define CHECK_INTEGRITY 0
+/* How long verify waits for the write lock to start both connections at
+ * one snapshot before it reads on one alone. */
+#define VERIFY_FENCE_WAIT_MS 1000
+#define CHECK_DOCS           3 /* check_documents: where a bad signature stands */
+#define CHECK_CHAIN          5
+
+/* One thread's share of the checks, in their order: the first to fail
+ * stops it (first: its index; N_CHECKS when none failed). */
+typedef struct vrun {
+    vctx v;
+    bool mine[N_CHECKS];
+    size_t first;
+    tally_err err, sig; /* sig: the signatures' (run 0) */
+} vrun;
+
+static void run_checks(vrun *r)
+{
+    r->first = N_CHECKS;
+    r->err = TALLY_OK;
+    for (size_t i = 0; i < N_CHECKS; i++)
+        if (r->mine[i] && (r->err = checks[i](&r->v)) != TALLY_OK) {
+            r->first = i;
+            return;
+        }
+}
+
+/* Run 0 then waits for the documents' signatures, helping the workers
+ * verify them while the other connection's checks go on. */
+static void run_one(void *ctx, size_t worker, size_t i)
+{
+    (void)worker;
+    vrun *r = &((vrun *)ctx)[i];
+    run_checks(r);
+    if (i == 0) {
+        r->sig = vsig_flush(&r->v, r->v.sigs);
+        vsig_destroy(r->v.sigs);
+        r->v.sigs = NULL;
+    }
+}
 
 static tally_err summary(vctx *v)
 {
@@ -789,28 +835,106 @@ static tally_err summary(vctx *v)
     return TALLY_OK;
 }
 
+/* Starts l's read transaction and, when l2 is not NULL, l2's at the same
+ * snapshot: a third connection holds the write lock while both begin, so
+ * no commit can come between them (WAL: a reader's snapshot is fixed by its
+ * first read). *shared says whether l2 got it; if the lock cannot be had
+ * (a read-only file, a writer that does not let go), l reads alone. */
+static tally_err begin_snapshot(tally_ledger *l, tally_ledger *l2, bool *shared)
+{
+    static const char begin[] = "BEGIN; SELECT count(*) FROM sqlite_schema;";
+    sqlite3 *fence = NULL;
+    *shared = false;
+    if (l2 && sqlite3_open_v2(l->path, &fence, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+                  SQLITE_OK) {
+        sqlite3_busy_timeout(fence, VERIFY_FENCE_WAIT_MS);
+        *shared = sqlite3_exec(fence, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
+    }
+    int rc = sqlite3_exec(l->db, begin, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && *shared)
+        *shared = sqlite3_exec(l2->db, begin, NULL, NULL, NULL) == SQLITE_OK;
+    if (fence)
+        sqlite3_exec(fence, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close_v2(fence);
+    return rc == SQLITE_OK ? TALLY_OK : ledger_sqlite_err(l, rc);
+}
+
+/* TALLY_VERIFY_CONNECTIONS, for the tests: 1 keeps to one connection, 2
+ * fails a verify that cannot have two; otherwise 0: two when it can. */
+static int connections(void)
+{
+    const char *c = getenv("TALLY_VERIFY_CONNECTIONS");
+    return c && (!strcmp(c, "1") || !strcmp(c, "2")) ? c[0] - '0' : 0;
+}
+
+/* A second connection to a plain ledger file for the integrity and chain
+ * checks, which then run on another thread (NULL: none; a ledger
+ * directory keeps to one connection). */
+static tally_ledger *second_connection(const tally_ledger *l)
+{
+    tally_ledger *l2 = NULL;
+    char why[256];
+    if (l->shards || !l->path || !strcmp(l->path, ":memory:") || !l->path[0] ||
+        connections() == 1 || tally_ledger_open(l->path, &l2, why, sizeof why) != TALLY_OK)
+        return NULL;
+    l2->no_balances = l->no_balances;
+    return l2;
+}
+
+/* The failure that comes first in the checks' order: main's own, a bad
+ * signature (it stands with check_documents and beats main's later
+ * failures), or the other connection's. */
+static tally_err first_failure(vrun *r, tally_err sig, char *why, size_t cap)
+{
+    if (sig != TALLY_OK && r[0].first > CHECK_DOCS) {
+        r[0].first = CHECK_DOCS;
+        r[0].err = sig;
+    }
+    if (r[1].first < r[0].first) {
+        if (cap > 0)
+            snprintf(why, cap, "%s", r[1].v.why);
+        return r[1].err;
+    }
+    return r[0].err;
+}
+
 tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, size_t cap)
 {
-    vctx v = {.l = l, .key_path = key_path ? key_path : "", .why = why, .cap = why ? cap : 0};
-    if (v.cap > 0)
+    vrun r[2] = {{.v = {.l = l, .why = why, .cap = why ? cap : 0}}};
+    key_path = key_path ? key_path : "";
+    r[0].v.key_path = r[1].v.key_path = key_path;
+    r[1].first = N_CHECKS;
+    if (r[0].v.cap > 0)
         why[0] = '\0';
     /* One snapshot for every check (WAL readers do not block writers). */
-    int rc = sqlite3_exec(l->db, "BEGIN", NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return db_fail(&v, ledger_sqlite_err(l, rc));
-    tally_err err = TALLY_OK;
-    for (size_t i = 0; err == TALLY_OK && i < sizeof checks / sizeof *checks; i++)
-        err = checks[i](&v);
-    /* The documents' signatures, verified meanwhile: a bad one comes before
-     * any failure of a later check. */
-    tally_err sig = vsig_flush(&v, v.sigs);
-    vsig_destroy(v.sigs);
-    v.sigs = NULL;
-    if (sig != TALLY_OK)
-        err = sig;
+    tally_ledger *l2 = second_connection(l);
+    bool two = false;
+    tally_err err = begin_snapshot(l, l2, &two);
+    if (err == TALLY_OK && !two && connections() == 2) {
+        sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
+        snprintf(l->errmsg, sizeof l->errmsg, "no second connection at the same snapshot");
+        err = TALLY_BUSY;
+    }
+    if (err != TALLY_OK) {
+        tally_ledger_close(l2);
+        return verify_fail(&r[0].v, err, "ledger database: %s", tally_ledger_errmsg(l));
+    }
+    char why2[512] = "";
+    r[1].v = (vctx){.l = l2, .key_path = key_path, .why = why2, .cap = sizeof why2};
+    for (size_t i = 0; i < N_CHECKS; i++) {
+        r[1].mine[i] = two && (i == CHECK_INTEGRITY || i == CHECK_CHAIN);
+        r[0].mine[i] = !r[1].mine[i];
+    }
+    tally_parallel_for(two ? 2 : 1, 2, run_one, r);
+    err = first_failure(r, r[0].sig, why, r[0].v.cap);
     if (err == TALLY_OK)
-        err = summary(&v);
+        err = summary(&r[0].v);
     sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
-    tally_keyring_destroy(v.keys);
+    if (l2) {
+        sqlite3_exec(l2->db, "COMMIT", NULL, NULL, NULL);
+        tally_keyring_destroy(r[1].v.keys);
+        tally_ledger_close(l2);
+    }
+    tally_keyring_destroy(r[0].v.keys);
     return err;
 }

@@ -10,9 +10,9 @@
  * no OpenSSL object is used by two threads), and the calling thread goes on
  * with the next documents and, after the last, with verify's later checks
  * (the chain, the balances), while the workers verify. At most VSIG_RING
- * batches are queued; a full ring waits for the oldest. When the caller
- * waits, it verifies the oldest batch no worker has started itself (with
- * its own keyring, keys[0]). On one core, or when no second keyring loads,
+ * batches are queued; a full ring waits for the oldest. While the caller
+ * waits, it verifies the batches no worker has started itself, oldest
+ * first (with its own keyring, keys[0]). On one core, or when no second keyring loads,
  * each batch is verified on the calling thread when it is full.
  *
  * What is reported does not change: the first document in ledger order
@@ -227,12 +227,14 @@ static tally_err take_oldest(vctx *v, vsig_queue *q, bool *none)
     *none = !b;
     if (!b)
         return TALLY_OK;
-    if (b->state == B_QUEUED) { /* no worker has it yet: verified here */
-        b->state = B_WORKING;
+    /* While a worker has the oldest, later batches no worker has started
+     * are verified here (results are still taken in ledger order). */
+    for (vsig_batch *mine; b->state != B_DONE && (mine = oldest(q, B_QUEUED));) {
+        mine->state = B_WORKING;
         pthread_mutex_unlock(&q->mu);
-        verify_jobs(b->jobs, b->n, q->keys[0]);
+        verify_jobs(mine->jobs, mine->n, q->keys[0]);
         pthread_mutex_lock(&q->mu);
-        b->state = B_DONE;
+        mine->state = B_DONE;
     }
     while (b->state != B_DONE)
         pthread_cond_wait(&q->done, &q->mu);

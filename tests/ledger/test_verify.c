@@ -444,6 +444,84 @@ static void test_failure_order(void **state)
     unsetenv("TALLY_VERIFY_SIG_THREADS");
 }
 
+/* A chained row edited with its guard put back: the chain's check (run on
+ * the second connection) names it. */
+#define EDIT_GRANT                                                                                 \
+    "DROP TRIGGER grants_no_update; UPDATE grants SET priority = 7 WHERE id = 1;"                  \
+    "CREATE TRIGGER grants_no_update BEFORE UPDATE ON grants\n"                                    \
+    "BEGIN SELECT RAISE(ABORT, 'grants are immutable'); END;"
+/* A row that breaks a CHECK constraint, which integrity_check (the first
+ * check, also on the second connection) reports. */
+#define BREAK_CHECK                                                                                \
+    "PRAGMA ignore_check_constraints = ON; INSERT INTO dedupe_runs(src, prefix, width, lo, bits, " \
+    "fps) VALUES (1, x'68', 99, 0, zeroblob(20), zeroblob(6)); PRAGMA ignore_check_constraints = " \
+    "OFF;"
+
+/* On a ledger file the integrity and chain checks run on a second
+ * connection at the same snapshot while the others run on the first: the
+ * failure named is the same as with one connection, the first in the
+ * checks' order whichever connection found it. */
+static void test_two_connections(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *sql, *want;
+    } cases[] = {
+        {EDIT_GRANT, "grant 1: changed since chain entry"},
+        {EDIT_GRANT EXTRA_LINE_2, "invoice INV-2026-000002: its line rows sum to 503"},
+        {EDIT_GRANT DROP_INVOICE_TRIGGERS SWAP_SIGNATURE_1 RESTORE_INVOICE_TRIGGERS,
+         "invoice INV-2026-000001: signature does not verify"},
+        {BREAK_CHECK, "integrity_check"},
+        {BREAK_CHECK "DROP TRIGGER grants_no_delete;", "integrity_check"},
+        {"DROP TRIGGER grants_no_delete;" EDIT_GRANT, "trigger grants_no_delete: missing"},
+    };
+    for (int one = 0; one < 2; one++) {
+        setenv("TALLY_VERIFY_CONNECTIONS", one ? "1" : "2", 1);
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            tally_ledger *l = build(V_GOOD);
+            exec_ok(l, cases[i].sql);
+            expect(l, key, TALLY_TAMPERED, cases[i].want);
+        }
+    }
+    unsetenv("TALLY_VERIFY_CONNECTIONS");
+}
+
+/* A writer that holds the write lock while verify starts: verify waits a
+ * moment for it, then reads on one connection alone, with the same answer. */
+static tally_err file_col(void *ctx, int ncols, const char *const *cols)
+{
+    if (ncols >= 3 && cols[1] && !strcmp(cols[1], "main"))
+        snprintf(ctx, 700, "%s", cols[2] ? cols[2] : "");
+    return TALLY_OK;
+}
+
+static void test_writer_holds_the_lock(void **state)
+{
+    (void)state;
+    for (int bad = 0; bad < 2; bad++) {
+        tally_ledger *l = build(V_GOOD), *w = NULL;
+        if (bad)
+            exec_ok(l, EDIT_GRANT);
+        char path[700] = "", why[256];
+        assert_int_equal(tally_ledger_query(l, "PRAGMA database_list", NULL, 0, file_col, path),
+                         TALLY_OK);
+        assert_int_equal(tally_ledger_open(path, &w, why, sizeof why), TALLY_OK);
+        assert_int_equal(tally_ledger_exec(w, "BEGIN IMMEDIATE"), TALLY_OK);
+        /* two connections cannot start at one snapshot now */
+        setenv("TALLY_VERIFY_CONNECTIONS", "2", 1);
+        char msg[512] = "";
+        assert_int_equal(tally_ledger_verify(l, key, msg, sizeof msg), TALLY_BUSY);
+        assert_non_null(strstr(msg, "no second connection at the same snapshot"));
+        unsetenv("TALLY_VERIFY_CONNECTIONS");
+        if (bad)
+            expect(l, key, TALLY_TAMPERED, "grant 1: changed since chain entry");
+        else
+            expect(l, key, TALLY_OK, "3 documents chained and signed");
+        assert_int_equal(tally_ledger_exec(w, "ROLLBACK"), TALLY_OK);
+        tally_ledger_close(w);
+    }
+}
+
 static void test_chain_and_sums(void **state)
 {
     (void)state;
@@ -482,11 +560,12 @@ static void test_numbering(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty_ledger),   cmocka_unit_test(test_good_ledger),
-        cmocka_unit_test(test_key_problems),   cmocka_unit_test(test_triggers),
-        cmocka_unit_test(test_double_entry),   cmocka_unit_test(test_documents),
-        cmocka_unit_test(test_chain_and_sums), cmocka_unit_test(test_numbering),
-        cmocka_unit_test(test_failure_order),
+        cmocka_unit_test(test_empty_ledger),          cmocka_unit_test(test_good_ledger),
+        cmocka_unit_test(test_key_problems),          cmocka_unit_test(test_triggers),
+        cmocka_unit_test(test_double_entry),          cmocka_unit_test(test_documents),
+        cmocka_unit_test(test_chain_and_sums),        cmocka_unit_test(test_numbering),
+        cmocka_unit_test(test_failure_order),         cmocka_unit_test(test_two_connections),
+        cmocka_unit_test(test_writer_holds_the_lock),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
