@@ -32,7 +32,10 @@
  * Output files and on_invoice follow a group's commit: the group's results
  * (and, with an output directory, its documents: a group also ends once
  * GROUP_DOC_BYTES of them are held) wait until then, so neither ever shows
- * an invoice that was not committed. */
+ * an invoice that was not committed. The files are written on a thread of
+ * their own while the next group is run (invoice_writer.c); that group
+ * commits only once they are written, so a file that cannot be written
+ * still ends the run after its group. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,6 +78,7 @@ typedef struct run {
     held *held;                         /* GROUP_ACCOUNTS of them */
     size_t n_held;
     tally_buf held_docs;
+    inv_writer *w; /* writes the files of committed groups (NULL: here) */
     int64_t now_s;
     char *why;
     size_t cap;
@@ -409,11 +413,47 @@ static tally_err run_account(run *r, const tally_account *a)
     return e;
 }
 
+/* With the files on the writer's thread: hands it the group's documents
+ * and reports each result; the files' failure comes from settle. */
+static tally_err deliver_to_writer(run *r)
+{
+    tally_err first = TALLY_OK;
+    for (size_t i = 0; i < r->n_held; i++) {
+        const held *h = &r->held[i];
+        tally_err e =
+            first ? TALLY_OK
+                  : inv_writer_add(r->w, h->s.account, r->held_docs.data + h->doc_off, h->doc_len);
+        if (e && !first) {
+            first = e;
+            snprintf(r->why, r->cap, "account %s: %s", h->s.account, tally_err_str(e));
+        }
+        if (r->o->on_invoice)
+            r->o->on_invoice(r->o->ctx, &h->s);
+    }
+    inv_writer_go(r->w);
+    r->n_held = 0;
+    tally_buf_reset(&r->held_docs);
+    return first;
+}
+
+/* Waits for the files of the group delivered last; their first failure
+ * (why names the account) is the run's. */
+static tally_err settle(run *r)
+{
+    char why[512] = "";
+    tally_err e = r->w ? inv_writer_wait(r->w, why, sizeof why) : TALLY_OK;
+    if (e && r->cap)
+        snprintf(r->why, r->cap, "%s", why);
+    return e;
+}
+
 /* What a committed group leaves to do, in account order: each held
  * result's files, then on_invoice. Every result is reported (its invoice is
  * committed); the first file that cannot be written is the error. */
 static tally_err deliver(run *r)
 {
+    if (r->w)
+        return deliver_to_writer(r);
     tally_err first = TALLY_OK;
     char why[512] = "";
     for (size_t i = 0; i < r->n_held; i++) {
@@ -563,7 +603,15 @@ static tally_err group_commit(run *r, const tally_account *accts, size_t end)
 {
     if (!r->in_tx)
         return TALLY_OK;
-    tally_err e = tx_commit(r);
+    /* The group before's files first: one that failed ends the run there,
+     * as if it had been written before this group began. */
+    tally_err e = settle(r);
+    if (e) {
+        tx_rollback(r);
+        r->n_held = 0;
+        return e;
+    }
+    e = tx_commit(r);
     if (e && end - r->group_first == 1)
         snprintf(r->why, r->cap, "account %s: committing it failed: %s: %s",
                  accts[r->group_first].id, tally_err_str(e), tally_ledger_errmsg(r->l));
@@ -588,6 +636,12 @@ static tally_err group_fail(run *r, tally_err e)
     size_t before = r->n_held;
     if (!r->in_tx)
         return e;
+    tally_err files = settle(r); /* the group before's: then this one never ran */
+    if (files) {
+        tx_rollback(r);
+        r->n_held = 0;
+        return files;
+    }
     r->in_tx = false;
     if (sqlite3_get_autocommit(r->l->db)) { /* SQLite rolled the transaction back */
         if (before)
@@ -608,6 +662,8 @@ static tally_err group_fail(run *r, tally_err e)
     char failed[512];
     snprintf(failed, sizeof failed, "%s", r->why);
     tally_err d = deliver(r);
+    if (!d)
+        d = settle(r);
     if (!d)
         return e;
     why_add(r, "; then %s", failed);
@@ -644,6 +700,8 @@ static tally_err run_all(run *r)
     }
     if (!e)
         e = group_commit(r, accts, n);
+    if (!e)
+        e = settle(r);
     tx_rollback(r);
     free(accts);
     return e;
@@ -665,12 +723,15 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
     tally_err e = o->finalize ? check_key(&r) : TALLY_OK;
     if (!e && o->out_dir)
         e = make_dir(&r, o->out_dir);
+    if (!e && o->out_dir)
+        e = inv_writer_start(l, o->out_dir, o->period, &r.w);
     tally_buf_init(&r.doc, 0);
     tally_buf_init(&r.held_docs, GROUP_DOC_BYTES + TALLY_BUF_DEFAULT_CAP);
     if (!e && !(r.held = calloc(GROUP_ACCOUNTS, sizeof *r.held)))
         e = TALLY_NOMEM;
     if (!e)
         e = run_all(&r);
+    inv_writer_stop(r.w);
     inv_gatherer_destroy(r.g);
     bal_engine_destroy(r.bal);
     inv_input_release(&r.in);

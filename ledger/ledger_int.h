@@ -927,6 +927,27 @@ tally_err inv_post_invoice(tally_ledger *l, const inv_doc *d);
 tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account, const char *period,
                           const char *doc, size_t len, char *why, size_t cap);
 
+/* ---- invoice_writer.c: a run's files on a thread of their own -------------- */
+
+typedef struct inv_writer inv_writer;
+/* Starts the thread, with a connection of its own to l's file or
+ * directory, that writes the files of documents into dir. *out is NULL
+ * when it cannot (an in-memory ledger, no thread, no connection; also with
+ * TALLY_INVOICE_FILES_IN_PLACE=1): the caller writes them itself.
+ * Errors: TALLY_NOMEM. */
+tally_err inv_writer_start(const tally_ledger *l, const char *dir, const char *period,
+                           inv_writer **out);
+/* Adds a document to the next batch (copied; between a wait and a go).
+ * Errors: TALLY_NOMEM. */
+tally_err inv_writer_add(inv_writer *w, const char *account, const char *doc, size_t len);
+/* Hands the batch to the thread and returns. */
+void inv_writer_go(inv_writer *w);
+/* Waits until the batch handed over is written and returns its first
+ * failure in account order (why: "account A: ..."); empties the batch. */
+tally_err inv_writer_wait(inv_writer *w, char *why, size_t cap);
+/* Waits for the thread and frees everything (accepts NULL). */
+void inv_writer_stop(inv_writer *w);
+
 /* ---- Idempotency keys (idempotency.c) ------------------------------------ */
 
 /* The scope of credit grants' keys (idempotency_keys.scope). */

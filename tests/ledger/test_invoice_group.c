@@ -289,27 +289,58 @@ static void test_transaction_ends_mid_group(void **state)
  * goes): the first group is committed, so all 256 of its invoices are
  * reported, and every other file of the group is written; the run stops
  * after the group with the file named, and a re-run writes it. */
+/* The files are written on the run's writer thread while the second
+ * group runs (that group is then rolled back), and in place
+ * (TALLY_INVOICE_FILES_IN_PLACE=1): the same outcome. */
 static void test_file_fails_after_commit(void **state)
+{
+    (void)state;
+    for (int in_place = 0; in_place < 2; in_place++) {
+        if (in_place)
+            setenv("TALLY_INVOICE_FILES_IN_PLACE", "1", 1);
+        fresh_work();
+        char blocker[700];
+        snprintf(blocker, sizeof blocker, "%s/acct-0100-2026-03.json.tmp", D.out);
+        assert_int_equal(tu_sh(NULL, "mkdir -p '%s'", blocker), 0);
+        tally_ledger *l = open_ledger(D.work);
+        seen v = {0};
+        char why[512];
+        assert_int_equal(run(l, &v, why, sizeof why), TALLY_IO);
+        assert_non_null(strstr(why, "account acct-0100: cannot write"));
+        assert_null(strstr(why, "account acct-0100: account"));
+        assert_int_equal(v.n, GROUP);
+        assert_true(v.in_order);
+        assert_int_equal(json_files(), GROUP - 1);
+        assert_false(file_of(100));
+        assert_true(file_of(101));
+        assert_finalized(l, GROUP);
+        assert_int_equal(tu_sh(NULL, "rmdir '%s'", blocker), 0);
+        rerun_completes(l, GROUP);
+        tally_ledger_close(l);
+    }
+    unsetenv("TALLY_INVOICE_FILES_IN_PLACE");
+}
+
+/* A file of the last group fails: every invoice is committed and
+ * reported, the run's error names the file, and a re-run writes it. */
+static void test_last_file_fails(void **state)
 {
     (void)state;
     fresh_work();
     char blocker[700];
-    snprintf(blocker, sizeof blocker, "%s/acct-0100-2026-03.json.tmp", D.out);
+    snprintf(blocker, sizeof blocker, "%s/acct-0590-2026-03.html.tmp", D.out);
     assert_int_equal(tu_sh(NULL, "mkdir -p '%s'", blocker), 0);
     tally_ledger *l = open_ledger(D.work);
     seen v = {0};
     char why[512];
     assert_int_equal(run(l, &v, why, sizeof why), TALLY_IO);
-    assert_non_null(strstr(why, "account acct-0100: cannot write"));
-    assert_null(strstr(why, "account acct-0100: account"));
-    assert_int_equal(v.n, GROUP);
+    assert_non_null(strstr(why, "account acct-0590: cannot write"));
+    assert_int_equal(v.n, ACCOUNTS);
     assert_true(v.in_order);
-    assert_int_equal(json_files(), GROUP - 1);
-    assert_false(file_of(100));
-    assert_true(file_of(101));
-    assert_finalized(l, GROUP);
+    assert_int_equal(json_files(), ACCOUNTS);
+    assert_finalized(l, ACCOUNTS);
     assert_int_equal(tu_sh(NULL, "rmdir '%s'", blocker), 0);
-    rerun_completes(l, GROUP);
+    rerun_completes(l, ACCOUNTS);
     tally_ledger_close(l);
 }
 
@@ -410,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_account_fails_mid_group),
         cmocka_unit_test(test_transaction_ends_mid_group),
         cmocka_unit_test(test_file_fails_after_commit),
+        cmocka_unit_test(test_last_file_fails),
         cmocka_unit_test(test_commit_sync_fails),
         cmocka_unit_test(test_dead_disk_in_commit),
     };

@@ -1,0 +1,177 @@
+/* The output files of an invoice run, written on a thread of their own
+ * (invoice_run.c).
+ *
+ * Rendering a document as CSV and HTML and writing its three files costs
+ * more than finalizing it. So the run hands each committed group's
+ * documents to this thread, which renders and writes them with a ledger
+ * connection of its own (the HTML page reads the account's name, grants
+ * and usage) while the run goes on with the next group, and waits for them
+ * before it commits that group. What a run leaves and reports is the same
+ * as writing them in place: a file that cannot be written stops the run
+ * after its group (the next group, not yet committed, is rolled back), the
+ * group's other files are still written, and the first failure in account
+ * order is named. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger_int.h"
+
+typedef struct out_item {
+    char account[TALLY_NAME_MAX];
+    size_t off, len; /* of its document in docs */
+} out_item;
+
+struct inv_writer {
+    tally_ledger *l; /* the thread's own connection */
+    char *dir, period[8];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool busy; /* a batch was handed over and is not written yet */
+    bool quit;
+    out_item *items;
+    size_t n, cap;
+    tally_buf docs;
+    tally_err err; /* the batch's first failure */
+    char why[512];
+};
+
+/* Writes every item of the batch; the first failure is kept, the others
+ * only stop their own document's files. */
+static void write_batch(inv_writer *w)
+{
+    w->err = TALLY_OK;
+    w->why[0] = '\0';
+    for (size_t i = 0; i < w->n; i++) {
+        const out_item *it = &w->items[i];
+        char why[512] = "";
+        tally_err e = inv_write_files(w->l, w->dir, it->account, w->period, w->docs.data + it->off,
+                                      it->len, why, sizeof why);
+        if (!e || w->err)
+            continue;
+        w->err = e;
+        if (strncmp(why, "account ", 8) == 0)
+            snprintf(w->why, sizeof w->why, "%s", why);
+        else
+            snprintf(w->why, sizeof w->why, "account %s: %s", it->account,
+                     why[0] ? why : tally_err_str(e));
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    inv_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->busy && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->busy)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        write_batch(w);
+        pthread_mutex_lock(&w->mu);
+        w->busy = false;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+tally_err inv_writer_start(const tally_ledger *l, const char *dir, const char *period,
+                           inv_writer **out)
+{
+    *out = NULL;
+    const char *path = l->shards ? l->shards->dir : l->path;
+    const char *off = getenv("TALLY_INVOICE_FILES_IN_PLACE"); /* for the tests */
+    if (!path || !path[0] || !strcmp(path, ":memory:") || (off && !strcmp(off, "1")))
+        return TALLY_OK;
+    inv_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->dir = strdup(dir))) {
+        free(w);
+        return TALLY_NOMEM;
+    }
+    snprintf(w->period, sizeof w->period, "%s", period);
+    tally_buf_init(&w->docs, 0);
+    char why[256];
+    if (tally_ledger_open(path, &w->l, why, sizeof why) != TALLY_OK) {
+        inv_writer_stop(w); /* the run writes its files itself */
+        return TALLY_OK;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        tally_ledger_close(w->l);
+        w->l = NULL;
+        inv_writer_stop(w);
+        return TALLY_OK;
+    }
+    *out = w;
+    return TALLY_OK;
+}
+
+tally_err inv_writer_wait(inv_writer *w, char *why, size_t cap)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    tally_err e = w->err;
+    if (e && cap)
+        snprintf(why, cap, "%s", w->why);
+    w->err = TALLY_OK;
+    w->n = 0;
+    tally_buf_reset(&w->docs);
+    return e;
+}
+
+tally_err inv_writer_add(inv_writer *w, const char *account, const char *doc, size_t len)
+{
+    if (w->n == w->cap) {
+        size_t nc = w->cap ? w->cap * 2 : 256;
+        out_item *p = realloc(w->items, nc * sizeof *p);
+        if (!p)
+            return TALLY_NOMEM;
+        w->items = p;
+        w->cap = nc;
+    }
+    out_item *it = &w->items[w->n];
+    snprintf(it->account, sizeof it->account, "%s", account);
+    it->off = w->docs.len;
+    it->len = len;
+    tally_err e = tally_buf_append(&w->docs, doc, len);
+    if (!e)
+        w->n++;
+    return e;
+}
+
+void inv_writer_go(inv_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->busy = w->n > 0;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void inv_writer_stop(inv_writer *w)
+{
+    if (!w)
+        return;
+    if (w->l) { /* the thread runs */
+        pthread_mutex_lock(&w->mu);
+        w->quit = true;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        tally_ledger_close(w->l);
+    }
+    tally_buf_release(&w->docs);
+    free(w->items);
+    free(w->dir);
+    free(w);
+}
