@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <pthread.h>
+
 #include "ledger_int.h"
 #include "tally/ledger_sql.h"
 #include "tally/embed.h"
@@ -297,8 +299,20 @@ static tally_err migrate(tally_ledger *l, char *why, size_t cap)
     return e;
 }
 
+/* Before SQLite's first use in the process: no memory statistics. Tally
+ * never reads them, and keeping them takes a process-wide mutex on every
+ * allocation, which connections on several threads (a meter's commit
+ * thread, verify's second connection, a run's file writer) contend for.
+ * If SQLite is already initialized (a test's VFS), it keeps its defaults. */
+static void sqlite_setup(void)
+{
+    (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why, size_t cap)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, sqlite_setup);
     struct stat sb;
     *out = NULL;
     size_t n = strlen(path);
