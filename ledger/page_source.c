@@ -6,30 +6,31 @@
 
 #include "ledger_int.h"
 
+/* The page's lookups, prepared once per connection (ledger_cached): a run
+ * renders a page per invoice. */
+static const char name_sql[] = "SELECT name FROM accounts WHERE id = ?1";
+static const char window_sql[] = "SELECT effective_s, expires_s, scope FROM grants WHERE id = ?1";
+
 static tally_err account_name(void *ctx, const char *account, char *out, size_t cap)
 {
     tally_ledger *l = ctx;
     sqlite3_stmt *st;
     out[0] = '\0';
-    tally_err e = ledger_prepare(l, "SELECT name FROM accounts WHERE id = ?1", &st);
+    tally_err e = ledger_cached(l, name_sql, &st);
     if (e)
         return e;
     sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
         snprintf(out, cap, "%s", sqlite3_column_text(st, 0));
-    else if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = ledger_sqlite_err(l, rc);
-    sqlite3_finalize(st);
-    return e;
+    return ledger_cached_done(l, st, rc == SQLITE_ROW ? SQLITE_DONE : rc);
 }
 
 static tally_err grant_window(void *ctx, int64_t grant, tally_grant_window *out)
 {
     tally_ledger *l = ctx;
     sqlite3_stmt *st;
-    tally_err e =
-        ledger_prepare(l, "SELECT effective_s, expires_s, scope FROM grants WHERE id = ?1", &st);
+    tally_err e = ledger_cached(l, window_sql, &st);
     if (e)
         return e;
     sqlite3_bind_int64(st, 1, grant);
@@ -40,11 +41,11 @@ static tally_err grant_window(void *ctx, int64_t grant, tally_grant_window *out)
         out->expires_s = out->expires ? sqlite3_column_int64(st, 1) : 0;
         const char *scope = (const char *)sqlite3_column_text(st, 2);
         e = tally_buf_puts(out->scope, scope ? scope : "");
-    } else {
-        e = rc == SQLITE_DONE ? TALLY_NOT_FOUND : ledger_sqlite_err(l, rc);
+        (void)ledger_cached_done(l, st, SQLITE_DONE);
+        return e;
     }
-    sqlite3_finalize(st);
-    return e;
+    e = ledger_cached_done(l, st, rc);
+    return e ? e : TALLY_NOT_FOUND;
 }
 
 typedef struct usage_load {

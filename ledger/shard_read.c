@@ -697,16 +697,17 @@ static tally_err each_src(tally_ledger *l, size_t i, ledger_usage_slot slot, con
     return e;
 }
 
-/* A plain ledger: its own database, a statement for this call only. */
+/* A plain ledger: its own database, with the connection's cached
+ * statement for the query (callers pass static SQL). */
 static tally_err plain_each(tally_ledger *l, const char *sql, int64_t snap, ledger_usage_fn fn,
                             void *ctx)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(l, sql, &st);
+    tally_err e = ledger_cached(l, sql, &st);
     if (e)
         return e;
     e = fn(ctx, st, snap);
-    sqlite3_finalize(st);
+    (void)ledger_cached_done(l, st, SQLITE_DONE);
     return e;
 }
 
