@@ -154,19 +154,16 @@ tally_err inv_writer_wait(inv_writer *w, char *why, size_t cap)
 
 tally_err inv_writer_add(inv_writer *w, const char *account, const char *doc, size_t len)
 {
-    if (w->n == w->cap) {
-        size_t nc = w->cap ? w->cap * 2 : 256;
-        out_item *p = realloc(w->items, nc * sizeof *p);
-        if (!p)
-            return TALLY_NOMEM;
-        w->items = p;
-        w->cap = nc;
-    }
+    void *items = w->items;
+    tally_err e = ledger_grow(&items, w->n, &w->cap, sizeof *w->items, 256);
+    w->items = items;
+    if (e)
+        return e;
     out_item *it = &w->items[w->n];
     snprintf(it->account, sizeof it->account, "%s", account);
     it->off = w->docs.len;
     it->len = len;
-    tally_err e = tally_buf_append(&w->docs, doc, len);
+    e = tally_buf_append(&w->docs, doc, len);
     if (!e)
         w->n++;
     return e;

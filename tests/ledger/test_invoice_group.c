@@ -289,36 +289,60 @@ static void test_transaction_ends_mid_group(void **state)
  * goes): the first group is committed, so all 256 of its invoices are
  * reported, and every other file of the group is written; the run stops
  * after the group with the file named, and a re-run writes it. */
-/* The files are written on the run's writer thread while the second
- * group runs (that group is then rolled back), and in place
+/* A run in which a directory stands where file (in D.out) is written
+ * first: it fails naming account's file, with reported invoices reported
+ * in order and finalized; then the blocker goes and a re-run writes the
+ * rest. check runs in between. */
+static void run_blocked(const char *file, const char *account, int64_t reported,
+                        void (*check)(void))
+{
+    fresh_work();
+    char blocker[700], want[96], twice[96];
+    snprintf(blocker, sizeof blocker, "%s/%s", D.out, file);
+    snprintf(want, sizeof want, "account %s: cannot write", account);
+    snprintf(twice, sizeof twice, "account %s: account", account); /* named once */
+    assert_int_equal(tu_sh(NULL, "mkdir -p '%s'", blocker), 0);
+    tally_ledger *l = open_ledger(D.work);
+    seen v = {0};
+    char why[512];
+    assert_int_equal(run(l, &v, why, sizeof why), TALLY_IO);
+    assert_non_null(strstr(why, want));
+    assert_null(strstr(why, twice));
+    assert_int_equal(v.n, reported);
+    assert_true(v.in_order);
+    assert_finalized(l, reported);
+    check();
+    assert_int_equal(tu_sh(NULL, "rmdir '%s'", blocker), 0);
+    rerun_completes(l, reported);
+    tally_ledger_close(l);
+}
+
+static void first_group_files(void)
+{
+    assert_int_equal(json_files(), GROUP - 1);
+    assert_false(file_of(100));
+    assert_true(file_of(101));
+}
+
+/* A file of acct-0100 cannot be written (a directory stands where its JSON
+ * goes): the first group is committed, so all 256 of its invoices are
+ * reported, and every other file of the group is written; the run stops
+ * after the group with the file named, and a re-run writes it. The files
+ * are written on the run's writer threads while the second group runs
+ * (that group is then rolled back), and in place
  * (TALLY_INVOICE_FILES_IN_PLACE=1): the same outcome. */
 static void test_file_fails_after_commit(void **state)
 {
     (void)state;
-    for (int in_place = 0; in_place < 2; in_place++) {
-        if (in_place)
-            setenv("TALLY_INVOICE_FILES_IN_PLACE", "1", 1);
-        fresh_work();
-        char blocker[700];
-        snprintf(blocker, sizeof blocker, "%s/acct-0100-2026-03.json.tmp", D.out);
-        assert_int_equal(tu_sh(NULL, "mkdir -p '%s'", blocker), 0);
-        tally_ledger *l = open_ledger(D.work);
-        seen v = {0};
-        char why[512];
-        assert_int_equal(run(l, &v, why, sizeof why), TALLY_IO);
-        assert_non_null(strstr(why, "account acct-0100: cannot write"));
-        assert_null(strstr(why, "account acct-0100: account"));
-        assert_int_equal(v.n, GROUP);
-        assert_true(v.in_order);
-        assert_int_equal(json_files(), GROUP - 1);
-        assert_false(file_of(100));
-        assert_true(file_of(101));
-        assert_finalized(l, GROUP);
-        assert_int_equal(tu_sh(NULL, "rmdir '%s'", blocker), 0);
-        rerun_completes(l, GROUP);
-        tally_ledger_close(l);
-    }
+    run_blocked("acct-0100-2026-03.json.tmp", "acct-0100", GROUP, first_group_files);
+    setenv("TALLY_INVOICE_FILES_IN_PLACE", "1", 1);
+    run_blocked("acct-0100-2026-03.json.tmp", "acct-0100", GROUP, first_group_files);
     unsetenv("TALLY_INVOICE_FILES_IN_PLACE");
+}
+
+static void every_json_file(void)
+{
+    assert_int_equal(json_files(), ACCOUNTS);
 }
 
 /* A file of the last group fails: every invoice is committed and
@@ -326,22 +350,7 @@ static void test_file_fails_after_commit(void **state)
 static void test_last_file_fails(void **state)
 {
     (void)state;
-    fresh_work();
-    char blocker[700];
-    snprintf(blocker, sizeof blocker, "%s/acct-0590-2026-03.html.tmp", D.out);
-    assert_int_equal(tu_sh(NULL, "mkdir -p '%s'", blocker), 0);
-    tally_ledger *l = open_ledger(D.work);
-    seen v = {0};
-    char why[512];
-    assert_int_equal(run(l, &v, why, sizeof why), TALLY_IO);
-    assert_non_null(strstr(why, "account acct-0590: cannot write"));
-    assert_int_equal(v.n, ACCOUNTS);
-    assert_true(v.in_order);
-    assert_int_equal(json_files(), ACCOUNTS);
-    assert_finalized(l, ACCOUNTS);
-    assert_int_equal(tu_sh(NULL, "rmdir '%s'", blocker), 0);
-    rerun_completes(l, ACCOUNTS);
-    tally_ledger_close(l);
+    run_blocked("acct-0590-2026-03.html.tmp", "acct-0590", ACCOUNTS, every_json_file);
 }
 
 /* The second group's commit fails its WAL sync: the error names the group's
