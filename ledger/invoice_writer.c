@@ -54,7 +54,7 @@ static void write_item(writer_thread *t, size_t i)
 {
     inv_writer *w = t->w;
     const out_item *it = &w->items[i];
-    char why[512] = "";
+    char why[400] = ""; /* with "account <id>: " it fits w->why */
     tally_err e = inv_write_files(t->l, w->dir, it->account, w->period, w->docs.data + it->off,
                                   it->len, why, sizeof why);
     pthread_mutex_lock(&w->mu);
