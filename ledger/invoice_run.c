@@ -634,14 +634,14 @@ static tally_err group_fail(run *r, tally_err e)
 {
     const char *what = r->o->finalize ? "invoices" : "drafts";
     size_t before = r->n_held;
-    if (!r->in_tx)
-        return e;
     tally_err files = settle(r); /* the group before's: then this one never ran */
     if (files) {
         tx_rollback(r);
         r->n_held = 0;
         return files;
     }
+    if (!r->in_tx)
+        return e;
     r->in_tx = false;
     if (sqlite3_get_autocommit(r->l->db)) { /* SQLite rolled the transaction back */
         if (before)
