@@ -132,6 +132,34 @@ static void fn_canon(sqlite3_context *cx, int argc, sqlite3_value **argv)
     sqlite3_result_blob64(cx, out, len, sqlite3_free);
 }
 
+tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int n, char **buf,
+                            size_t *buf_cap, char hex[65])
+{
+    size_t nt = strlen(table), cap = 1 + nt + CANON_OVERHEAD;
+    for (int i = first; i < first + n; i++) {
+        int t = sqlite3_column_type(st, i);
+        if (t == SQLITE_FLOAT)
+            return TALLY_TAMPERED; /* a value Tally never stores */
+        if (t == SQLITE_TEXT)
+            (void)sqlite3_column_text(st, i); /* as UTF-8, as put_value reads it */
+        cap += CANON_OVERHEAD +
+               (t == SQLITE_TEXT || t == SQLITE_BLOB ? (size_t)sqlite3_column_bytes(st, i) : 0);
+    }
+    if (cap > *buf_cap) {
+        char *p = realloc(*buf, cap);
+        if (!p)
+            return TALLY_NOMEM;
+        *buf = p;
+        *buf_cap = cap;
+    }
+    char *out = *buf;
+    size_t len = put_bytes(out, 't', table, nt);
+    for (int i = first; i < first + n; i++)
+        len += put_value(out + len, sqlite3_column_value(st, i));
+    tally_sha256_hex(out, len, hex);
+    return TALLY_OK;
+}
+
 static void fn_sha256(sqlite3_context *cx, int argc, sqlite3_value **argv)
 {
     (void)argc;
