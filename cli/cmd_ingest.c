@@ -37,8 +37,7 @@ typedef struct ingest_state {
     const char *name;
     int64_t now_s;
     int64_t line_no;
-    char prefix[ORIGIN_CAP]; /* "file:<name>:", cut to fit */
-    size_t prefix_len;
+    char prefix[ORIGIN_NAME]; /* "file:<name>:", cut to fit */
 } ingest_state;
 
 /* "file:<name>:"; a name too long for it is cut and followed by "~" and
@@ -54,26 +53,15 @@ static void origin_prefix(ingest_state *s)
         snprintf(s->prefix, ORIGIN_NAME, "file:%.*s~%016llx:", ORIGIN_NAME - 32, s->name,
                  (unsigned long long)h[0]);
     }
-    s->prefix_len = strlen(s->prefix);
 }
 
-/* Each line's origin, "file:<name>:<line>:<16 hex digits of its hash>",
- * written without printf (it is made for every line). */
+/* Each line's origin, "file:<name>:<line>:<16 hex digits of its hash>". */
 static void origin_of(const ingest_state *s, const char *line, size_t len, char out[ORIGIN_CAP])
 {
     uint64_t h[2];
     tally_hash128(line, len, 0, h);
-    memcpy(out, s->prefix, s->prefix_len);
-    char *p = out + s->prefix_len, digits[24];
-    size_t n = 0;
-    for (unsigned long long v = (unsigned long long)s->line_no; n == 0 || v; v /= 10)
-        digits[n++] = (char)('0' + v % 10);
-    while (n)
-        *p++ = digits[--n];
-    *p++ = ':';
-    for (int i = 15; i >= 0; i--)
-        *p++ = "0123456789abcdef"[(h[0] >> (4 * i)) & 15];
-    *p = '\0';
+    snprintf(out, ORIGIN_CAP, "%s%lld:%016llx", s->prefix, (long long)s->line_no,
+             (unsigned long long)h[0]);
 }
 
 static int commit(ingest_state *s)
