@@ -33,6 +33,7 @@
  *
  * Both are deterministic and innocuous, so they may run in triggers. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,74 +78,104 @@ static size_t put_bytes(char *p, char type, const void *bytes, size_t n)
     return len;
 }
 
-/* Appends the canonical form of v at p (room for its bytes plus
- * CANON_OVERHEAD); 0 for a value Tally never stores (a real). */
-static size_t put_value(char *p, sqlite3_value *v)
+/* Where the values to serialize are: a SQL function's arguments, or n
+ * columns of a statement's current row from first (read with the column
+ * accessors, as SQLite asks for a row's values). */
+typedef struct canon_src {
+    sqlite3_value **argv;
+    sqlite3_stmt *st;
+    int first, n;
+} canon_src;
+
+static int src_type(const canon_src *s, int i)
 {
-    switch (sqlite3_value_type(v)) {
-    case SQLITE_NULL:
-        memcpy(p, "n;", 2);
-        return 2;
-    case SQLITE_INTEGER: {
-        size_t len = 1;
-        p[0] = 'i';
-        len += put_i64(p + 1, (int64_t)sqlite3_value_int64(v));
-        p[len++] = ';';
-        return len;
+    return s->st ? sqlite3_column_type(s->st, s->first + i) : sqlite3_value_type(s->argv[i]);
+}
+
+static int64_t src_int(const canon_src *s, int i)
+{
+    return s->st ? sqlite3_column_int64(s->st, s->first + i) : sqlite3_value_int64(s->argv[i]);
+}
+
+/* A text (as UTF-8) or blob's bytes and length. */
+static const void *src_bytes(const canon_src *s, int i, bool text, size_t *n)
+{
+    const void *p;
+    if (s->st)
+        p = text ? (const void *)sqlite3_column_text(s->st, s->first + i)
+                 : sqlite3_column_blob(s->st, s->first + i);
+    else
+        p = text ? (const void *)sqlite3_value_text(s->argv[i]) : sqlite3_value_blob(s->argv[i]);
+    *n = (size_t)(s->st ? sqlite3_column_bytes(s->st, s->first + i)
+                        : sqlite3_value_bytes(s->argv[i]));
+    return p;
+}
+
+/* The most bytes the canonical form of the values takes, or 0 when one is
+ * a real (a value Tally never stores). */
+static size_t canon_cap(const canon_src *s)
+{
+    size_t cap = 1;
+    for (int i = 0; i < s->n; i++) {
+        int t = src_type(s, i);
+        size_t n = 0;
+        if (t == SQLITE_FLOAT)
+            return 0;
+        if (t == SQLITE_TEXT || t == SQLITE_BLOB)
+            (void)src_bytes(s, i, t == SQLITE_TEXT, &n); /* as put reads them */
+        cap += CANON_OVERHEAD + n;
     }
-    case SQLITE_TEXT: {
-        const unsigned char *t = sqlite3_value_text(v);
-        return put_bytes(p, 't', t, (size_t)sqlite3_value_bytes(v));
+    return cap;
+}
+
+/* Writes the canonical form of the values at p (canon_cap bytes). */
+static size_t canon_put(char *p, const canon_src *s)
+{
+    size_t len = 0;
+    for (int i = 0; i < s->n; i++) {
+        int t = src_type(s, i);
+        size_t n;
+        if (t == SQLITE_NULL) {
+            memcpy(p + len, "n;", 2);
+            len += 2;
+        } else if (t == SQLITE_INTEGER) {
+            p[len++] = 'i';
+            len += put_i64(p + len, src_int(s, i));
+            p[len++] = ';';
+        } else {
+            const void *b = src_bytes(s, i, t == SQLITE_TEXT, &n);
+            len += put_bytes(p + len, t == SQLITE_TEXT ? 't' : 'b', b, n);
+        }
     }
-    case SQLITE_BLOB: {
-        const void *b = sqlite3_value_blob(v);
-        return put_bytes(p, 'b', b, (size_t)sqlite3_value_bytes(v));
-    }
-    default:
-        return 0;
-    }
+    return len;
 }
 
 /* The canonical form's bytes are sized first and written once, into
  * memory SQLite takes over (no copy): every chained row goes through here. */
 static void fn_canon(sqlite3_context *cx, int argc, sqlite3_value **argv)
 {
-    size_t cap = 1;
-    for (int i = 0; i < argc; i++) {
-        int t = sqlite3_value_type(argv[i]);
-        if (t == SQLITE_FLOAT) {
-            sqlite3_result_error(cx, "tally_canon: a value Tally never stores", -1);
-            return;
-        }
-        if (t == SQLITE_TEXT)
-            (void)sqlite3_value_text(argv[i]); /* bytes as UTF-8, as put_value reads them */
-        cap += CANON_OVERHEAD +
-               (t == SQLITE_TEXT || t == SQLITE_BLOB ? (size_t)sqlite3_value_bytes(argv[i]) : 0);
+    canon_src src = {.argv = argv, .n = argc};
+    size_t cap = canon_cap(&src);
+    if (!cap) {
+        sqlite3_result_error(cx, "tally_canon: a value Tally never stores", -1);
+        return;
     }
     char *out = sqlite3_malloc64(cap);
     if (!out) {
         sqlite3_result_error_nomem(cx);
         return;
     }
-    size_t len = 0;
-    for (int i = 0; i < argc; i++)
-        len += put_value(out + len, argv[i]);
-    sqlite3_result_blob64(cx, out, len, sqlite3_free);
+    sqlite3_result_blob64(cx, out, canon_put(out, &src), sqlite3_free);
 }
 
 tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int n, char **buf,
                             size_t *buf_cap, char hex[65])
 {
-    size_t nt = strlen(table), cap = 1 + nt + CANON_OVERHEAD;
-    for (int i = first; i < first + n; i++) {
-        int t = sqlite3_column_type(st, i);
-        if (t == SQLITE_FLOAT)
-            return TALLY_TAMPERED; /* a value Tally never stores */
-        if (t == SQLITE_TEXT)
-            (void)sqlite3_column_text(st, i); /* as UTF-8, as put_value reads it */
-        cap += CANON_OVERHEAD +
-               (t == SQLITE_TEXT || t == SQLITE_BLOB ? (size_t)sqlite3_column_bytes(st, i) : 0);
-    }
+    canon_src src = {.st = st, .first = first, .n = n};
+    size_t nt = strlen(table), cap = canon_cap(&src);
+    if (!cap)
+        return TALLY_TAMPERED; /* a real: the SQL check names it */
+    cap += nt + CANON_OVERHEAD;
     if (cap > *buf_cap) {
         char *p = realloc(*buf, cap);
         if (!p)
@@ -152,11 +183,9 @@ tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int 
         *buf = p;
         *buf_cap = cap;
     }
-    char *out = *buf;
-    size_t len = put_bytes(out, 't', table, nt);
-    for (int i = first; i < first + n; i++)
-        len += put_value(out + len, sqlite3_column_value(st, i));
-    tally_sha256_hex(out, len, hex);
+    size_t len = put_bytes(*buf, 't', table, nt);
+    len += canon_put(*buf + len, &src);
+    tally_sha256_hex(*buf, len, hex);
     return TALLY_OK;
 }
 
