@@ -65,6 +65,12 @@ static tally_err prefixed(tally_buf *b, const char *cols)
     return e;
 }
 
+/* Each row's latest chain entry (alias c) with the row (alias t), or none
+ * where the row is gone; table name twice. */
+#define LATEST_FROM                                                                                \
+    " FROM ledger_chain c LEFT JOIN %s t ON t.rowid = c.row_key WHERE c.tbl = '%s' AND c.seq = "   \
+    "(SELECT max(c2.seq) FROM ledger_chain c2 WHERE c2.tbl = c.tbl AND c2.row_key = c.row_key)"
+
 /* A row whose hash no longer matches its latest chain entry, or is gone. */
 static tally_err changed_sql(const chain_table *t, tally_buf *b)
 {
@@ -72,9 +78,7 @@ static tally_err changed_sql(const chain_table *t, tally_buf *b)
         b,
         "SELECT CASE WHEN t.rowid IS NULL THEN '%s ' || c.row_key || ': deleted (chain entry ' "
         "|| c.seq || ' recorded it)' ELSE %s || ': changed since chain entry ' || c.seq || "
-        "' recorded it' END FROM ledger_chain c LEFT JOIN %s t ON t.rowid = c.row_key "
-        "WHERE c.tbl = '%s' AND c.seq = (SELECT max(c2.seq) FROM ledger_chain c2 WHERE "
-        "c2.tbl = c.tbl AND c2.row_key = c.row_key) AND (t.rowid IS NULL OR "
+        "' recorded it' END" LATEST_FROM " AND (t.rowid IS NULL OR "
         "tally_sha256(tally_canon('%s', ",
         t->gone, t->desc, t->name, t->name, t->name);
     if (e == TALLY_OK)
@@ -110,15 +114,11 @@ static tally_err latest_pass(vctx *v, const chain_table *t, tally_buf *sql, char
     if (!e)
         e = prefixed(sql, t->cols);
     if (!e)
-        e = tally_buf_printf(sql,
-                             " FROM ledger_chain c LEFT JOIN %s t ON t.rowid = c.row_key WHERE "
-                             "c.tbl = '%s' AND c.seq = (SELECT max(c2.seq) FROM ledger_chain c2 "
-                             "WHERE c2.tbl = c.tbl AND c2.row_key = c.row_key)",
-                             t->name, t->name);
-    sqlite3_stmt *st = NULL;
-    if (!e)
-        e = ledger_prepare(v->l, sql->data, &st);
+        e = tally_buf_printf(sql, LATEST_FROM, t->name, t->name);
     if (e)
+        return verify_fail(v, e, "out of memory");
+    sqlite3_stmt *st = NULL;
+    if ((e = ledger_prepare(v->l, sql->data, &st)))
         return verify_fail(v, e, "ledger database: %s", tally_ledger_errmsg(v->l));
     int rc;
     while (!*bad && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -136,10 +136,13 @@ static tally_err latest_pass(vctx *v, const chain_table *t, tally_buf *sql, char
         e = TALLY_OK;
         ++*present;
     }
-    if (!e && !*bad && rc != SQLITE_DONE)
-        e = ledger_sqlite_err(v->l, rc);
+    tally_err db = !e && !*bad && rc != SQLITE_DONE ? ledger_sqlite_err(v->l, rc) : TALLY_OK;
     sqlite3_finalize(st);
-    return e ? verify_fail(v, e, "ledger database: %s", tally_ledger_errmsg(v->l)) : TALLY_OK;
+    if (e)
+        return verify_fail(v, e, "out of memory");
+    if (db)
+        return verify_fail(v, db, "ledger database: %s", tally_ledger_errmsg(v->l));
+    return TALLY_OK;
 }
 
 /* A query the fast pass said must name a row (TALLY_INTERNAL if it does
