@@ -229,20 +229,40 @@ static int teardown(void **state)
  * reported, their files written, and nothing of acct-0300 or later exists
  * (neither its invoice rows nor its outbox event, written before the
  * failure). */
+/* A fresh run with the temporary trigger fail_one (sql) on its connection:
+ * *rc is the run's result. */
+static tally_ledger *run_with_trigger(const char *sql, seen *v, char *why, size_t cap,
+                                      tally_err *rc)
+{
+    fresh_work();
+    tally_ledger *l = open_ledger(D.work);
+    assert_int_equal(tally_ledger_exec(l, sql), TALLY_OK);
+    *rc = run(l, v, why, cap);
+    return l;
+}
+
+/* Drops fail_one; a re-run finishes what the failed run left (stored
+ * finalized before it). */
+static void rerun_without_trigger(tally_ledger *l, int64_t stored)
+{
+    assert_int_equal(tally_ledger_exec(l, "DROP TRIGGER fail_one"), TALLY_OK);
+    rerun_completes(l, stored);
+    tally_ledger_close(l);
+}
+
 static void test_account_fails_mid_group(void **state)
 {
     (void)state;
-    fresh_work();
-    tally_ledger *l = open_ledger(D.work);
-    /* The last leg of its entry: its invoice rows, outbox event and the
-     * entry's other legs are written by then. */
-    assert_int_equal(tally_ledger_exec(l, "CREATE TEMP TRIGGER fail_one BEFORE INSERT ON postings "
-                                          "WHEN NEW.ledger_acct = 'receivable:acct-0300' "
-                                          "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"),
-                     TALLY_OK);
     seen v = {0};
     char why[512];
-    assert_int_equal(run(l, &v, why, sizeof why), TALLY_DB);
+    tally_err rc;
+    /* The last leg of its entry: its invoice rows, outbox event and the
+     * entry's other legs are written by then. */
+    tally_ledger *l = run_with_trigger("CREATE TEMP TRIGGER fail_one BEFORE INSERT ON postings "
+                                       "WHEN NEW.ledger_acct = 'receivable:acct-0300' "
+                                       "BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+                                       &v, why, sizeof why, &rc);
+    assert_int_equal(rc, TALLY_DB);
     assert_non_null(strstr(why, "account acct-0300"));
     assert_non_null(strstr(why, "injected failure"));
     assert_null(strstr(why, "not committed"));
@@ -253,9 +273,7 @@ static void test_account_fails_mid_group(void **state)
     assert_false(file_of(FAILING));
     assert_finalized(l, FAILING);
     assert_int_equal(tu_query_int(l, "SELECT count(*) FROM entries", NULL), FAILING);
-    assert_int_equal(tally_ledger_exec(l, "DROP TRIGGER fail_one"), TALLY_OK);
-    rerun_completes(l, FAILING);
-    tally_ledger_close(l);
+    rerun_without_trigger(l, FAILING);
 }
 
 /* The insert of acct-0300 rolls the transaction back: SQLite ends it, so the
@@ -264,15 +282,14 @@ static void test_account_fails_mid_group(void **state)
 static void test_transaction_ends_mid_group(void **state)
 {
     (void)state;
-    fresh_work();
-    tally_ledger *l = open_ledger(D.work);
-    assert_int_equal(tally_ledger_exec(l, "CREATE TEMP TRIGGER fail_one BEFORE INSERT ON invoices "
-                                          "WHEN NEW.account = 'acct-0300' "
-                                          "BEGIN SELECT RAISE(ROLLBACK, 'injected rollback'); END"),
-                     TALLY_OK);
     seen v = {0};
     char why[512];
-    assert_int_not_equal(run(l, &v, why, sizeof why), TALLY_OK);
+    tally_err rc;
+    tally_ledger *l = run_with_trigger("CREATE TEMP TRIGGER fail_one BEFORE INSERT ON invoices "
+                                       "WHEN NEW.account = 'acct-0300' "
+                                       "BEGIN SELECT RAISE(ROLLBACK, 'injected rollback'); END",
+                                       &v, why, sizeof why, &rc);
+    assert_int_not_equal(rc, TALLY_OK);
     assert_non_null(strstr(why, "account acct-0300"));
     assert_non_null(strstr(why, "injected rollback"));
     assert_non_null(strstr(why, "the 44 invoices before it in its group were not committed"));
@@ -280,9 +297,7 @@ static void test_transaction_ends_mid_group(void **state)
     assert_true(v.in_order);
     assert_int_equal(json_files(), GROUP);
     assert_finalized(l, GROUP);
-    assert_int_equal(tally_ledger_exec(l, "DROP TRIGGER fail_one"), TALLY_OK);
-    rerun_completes(l, GROUP);
-    tally_ledger_close(l);
+    rerun_without_trigger(l, GROUP);
 }
 
 /* A file of acct-0100 cannot be written (a directory stands where its JSON
