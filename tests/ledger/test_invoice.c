@@ -669,6 +669,12 @@ static void test_files_and_formats(void **state)
     assert_int_equal(tally_invoice_show(f.l, "INV-2026-000002", TALLY_FORMAT_HTML, &shown),
                      TALLY_OK);
     assert_non_null(strstr(shown.data, "INV-2026-000002"));
+    /* The page the run's file writers rendered on their own connections is
+     * the page this connection renders: same name, grants and usage read. */
+    tally_buf_reset(&file);
+    assert_int_equal(tu_read_file(path, &file), 0);
+    assert_int_equal(file.len, shown.len);
+    assert_memory_equal(file.data, shown.data, file.len);
     tally_doc_format fmt;
     assert_int_equal(tally_doc_format_from_name("csv", &fmt), TALLY_OK);
     assert_int_equal(fmt, TALLY_FORMAT_CSV);
