@@ -776,11 +776,12 @@ static const check_fn checks[] = {
 };
 #define N_CHECKS        (sizeof checks / sizeof *checks)
 #define CHECK_INTEGRITY 0
+#define CHECK_DOCS      3 /* check_documents: where a bad signature stands */
+#define CHECK_CHAIN     5
+
 /* How long verify waits for the write lock to start both connections at
  * one snapshot before it reads on one alone. */
 #define VERIFY_FENCE_WAIT_MS 1000
-#define CHECK_DOCS           3 /* check_documents: where a bad signature stands */
-#define CHECK_CHAIN          5
 
 /* One thread's share of the checks, in their order: the first to fail
  * stops it (first: its index; N_CHECKS when none failed). */
