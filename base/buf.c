@@ -68,18 +68,145 @@ tally_err tally_buf_puts(tally_buf *b, const char *s)
 __attribute__((format(printf, 2, 0))) tally_err tally_buf_vprintf(tally_buf *b, const char *fmt,
                                                                   va_list ap);
 
+/* The escapers append piece by piece; on failure they drop what they had
+ * appended, so that the buffer is left as it was. */
+static tally_err undo_on_error(tally_buf *b, size_t len, tally_err e)
+{
+    if (e && b->data) {
+        b->len = len;
+        b->data[len] = '\0';
+    }
+    return e;
+}
+
+/* The conversions the plain formatter below handles, with no flags, width
+ * or precision; any other format goes to vsnprintf. */
+typedef enum { PC_S, PC_D, PC_LD, PC_LLD, PC_U, PC_LU, PC_LLU, PC_ZU, PC_PCT } plain_kind;
+static const struct {
+    char text[4];
+    plain_kind kind;
+} plain_convs[] = {{"s", PC_S},   {"d", PC_D},     {"ld", PC_LD}, {"lld", PC_LLD}, {"u", PC_U},
+                   {"lu", PC_LU}, {"llu", PC_LLU}, {"zu", PC_ZU}, {"%", PC_PCT}};
+
+/* The conversion that follows a '%' at p; its length in *len. */
+static bool plain_conv(const char *p, plain_kind *kind, size_t *len)
+{
+    for (size_t i = 0; i < sizeof plain_convs / sizeof *plain_convs; i++) {
+        size_t n = strlen(plain_convs[i].text);
+        if (strncmp(p, plain_convs[i].text, n) == 0) {
+            *kind = plain_convs[i].kind;
+            *len = n;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool plain_format(const char *fmt)
+{
+    plain_kind k;
+    size_t n;
+    for (const char *p = strchr(fmt, '%'); p; p = strchr(p + 1 + n, '%'))
+        if (!plain_conv(p + 1, &k, &n))
+            return false;
+    return true;
+}
+
+/* Appends the decimal digits of v, after a '-' when neg. */
+static tally_err append_digits(tally_buf *b, unsigned long long v, bool neg)
+{
+    char out[24], *p = out + sizeof out;
+    do
+        *--p = (char)('0' + v % 10);
+    while (v /= 10);
+    if (neg)
+        *--p = '-';
+    return tally_buf_append(b, p, (size_t)(out + sizeof out - p));
+}
+
+static tally_err append_signed(tally_buf *b, long long v)
+{
+    /* the magnitude of LLONG_MIN fits unsigned long long */
+    return append_digits(b, v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v, v < 0);
+}
+
+static tally_err plain_arg(tally_buf *b, plain_kind k, va_list *ap)
+{
+    switch (k) {
+    case PC_S: {
+        const char *s = va_arg(*ap, const char *);
+        return tally_buf_puts(b, s ? s : "(null)");
+    }
+    case PC_D:
+        return append_signed(b, va_arg(*ap, int));
+    case PC_LD:
+        return append_signed(b, va_arg(*ap, long));
+    case PC_LLD:
+        return append_signed(b, va_arg(*ap, long long));
+    case PC_U:
+        return append_digits(b, va_arg(*ap, unsigned), false);
+    case PC_LU:
+        return append_digits(b, va_arg(*ap, unsigned long), false);
+    case PC_LLU:
+        return append_digits(b, va_arg(*ap, unsigned long long), false);
+    case PC_ZU:
+        return append_digits(b, va_arg(*ap, size_t), false);
+    case PC_PCT:
+        break;
+    }
+    return tally_buf_append(b, "%", 1);
+}
+
+/* printf for the plain conversions, without stdio: the text's pieces are
+ * appended in turn. On error the buffer is left as it was. */
+static tally_err plain_vprintf(tally_buf *b, const char *fmt, va_list ap)
+{
+    size_t len0 = b->len;
+    va_list aq;
+    va_copy(aq, ap);
+    tally_err e = TALLY_OK;
+    for (const char *p = fmt; !e && *p;) {
+        const char *pct = strchr(p, '%');
+        size_t lit = pct ? (size_t)(pct - p) : strlen(p);
+        if (lit)
+            e = tally_buf_append(b, p, lit);
+        if (e || !pct)
+            break;
+        plain_kind k = PC_PCT;
+        size_t n = 0;
+        (void)plain_conv(pct + 1, &k, &n); /* plain_format said it is one */
+        e = plain_arg(b, k, &aq);
+        p = pct + 1 + n;
+    }
+    va_end(aq);
+    return undo_on_error(b, len0, e);
+}
+
+/* Formats into the room the buffer already has; only when the text does not
+ * fit is it formatted again into a larger allocation (so most calls format
+ * once). On error the buffer is left as it was. */
 tally_err tally_buf_vprintf(tally_buf *b, const char *fmt, va_list ap)
 {
+    if (plain_format(fmt))
+        return plain_vprintf(b, fmt, ap);
+    size_t room = b->data ? b->alloc - b->len : 0; /* includes the NUL's byte */
     va_list ap2;
     va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap2);
+    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap2);
     va_end(ap2);
-    if (n < 0)
-        return TALLY_INVAL;
-    tally_err e = reserve(b, (size_t)n);
-    if (e)
+    tally_err e = n < 0 ? TALLY_INVAL : TALLY_OK;
+    if (!e && (size_t)n < room)
+        e = reserve(b, (size_t)n); /* fits; this only checks the cap */
+    else if (!e) {
+        e = reserve(b, (size_t)n);
+        if (!e)
+            vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    }
+    if (e) {
+        if (b->data)
+            b->data[b->len] = '\0';
         return e;
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    }
     b->len += (size_t)n;
     return TALLY_OK;
 }
@@ -90,17 +217,6 @@ tally_err tally_buf_printf(tally_buf *b, const char *fmt, ...)
     va_start(ap, fmt);
     tally_err e = tally_buf_vprintf(b, fmt, ap);
     va_end(ap);
-    return e;
-}
-
-/* The escapers append piece by piece; on failure they drop what they had
- * appended, so that the buffer is left as it was. */
-static tally_err undo_on_error(tally_buf *b, size_t len, tally_err e)
-{
-    if (e && b->data) {
-        b->len = len;
-        b->data[len] = '\0';
-    }
     return e;
 }
 

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -107,6 +108,72 @@ static void test_printf(void **state)
     assert_int_equal(tally_buf_printf(&b, "%s", ""), TALLY_OK);
     assert_buf(&b, "");
     tally_buf_release(&b);
+}
+
+/* The plain conversions, formatted without stdio, give what snprintf gives;
+ * a format with flags, width or precision still goes to vsnprintf. */
+static void test_printf_like_snprintf(void **state)
+{
+    static const long long lls[] = {0, 1, -1, 9, 10, -10, 1234567890123LL, LLONG_MAX, LLONG_MIN};
+    static const int ints[] = {0, 7, -7, INT_MAX, INT_MIN};
+    char want[256];
+    for (size_t i = 0; i < sizeof lls / sizeof *lls; i++)
+        for (size_t j = 0; j < sizeof ints / sizeof *ints; j++) {
+            tally_buf b;
+            tally_buf_init(&b, 0);
+            long long v = lls[i];
+            int d = ints[j];
+            assert_int_equal(tally_buf_printf(&b, "a%lldb%dc%s%%%zu|%u|%lu|%llu|%ld|", v, d, "xy",
+                                              (size_t)v, (unsigned)d, (unsigned long)v,
+                                              (unsigned long long)v, (long)v),
+                             TALLY_OK);
+            snprintf(want, sizeof want, "a%lldb%dc%s%%%zu|%u|%lu|%llu|%ld|", v, d, "xy", (size_t)v,
+                     (unsigned)d, (unsigned long)v, (unsigned long long)v, (long)v);
+            assert_buf(&b, want);
+            tally_buf_release(&b);
+        }
+    tally_buf b;
+    tally_buf_init(&b, 0);
+    assert_int_equal(tally_buf_printf(&b, "%04d|%02X|%.*s|%5s|%-3d|%%", 7, 10, 2, "abc", "z", 4),
+                     TALLY_OK);
+    assert_buf(&b, "0007|0A|ab|    z|4  |%");
+    assert_int_equal(tally_buf_printf(&b, "%s", ""), TALLY_OK);
+    assert_buf(&b, "0007|0A|ab|    z|4  |%");
+    tally_buf_release(&b);
+    /* a plain format past the cap leaves the buffer as it was */
+    tally_buf_init(&b, 6);
+    assert_int_equal(tally_buf_printf(&b, "%d", 123), TALLY_OK);
+    assert_int_equal(tally_buf_printf(&b, "x%sy%d", "ab", 5), TALLY_TOO_LARGE);
+    assert_buf(&b, "123");
+    tally_buf_release(&b);
+}
+
+/* Text that just fits the allocation, and text one byte longer (formatted
+ * again after it grows), come out whole. */
+static void test_printf_at_the_edge(void **state)
+{
+    for (size_t extra = 0; extra < 4; extra++) {
+        tally_buf b;
+        tally_buf_init(&b, 0);
+        assert_int_equal(tally_buf_puts(&b, "x"), TALLY_OK);
+        size_t alloc = b.alloc,
+               want = alloc - b.len - 2 + extra; /* room - 1 is the most that fits */
+        char s[1024];
+        assert_true(want < sizeof s);
+        memset(s, 'a', want);
+        s[want] = '\0';
+        assert_int_equal(tally_buf_printf(&b, "%s", s), TALLY_OK);
+        assert_int_equal(b.len, 1 + want);
+        assert_int_equal(b.data[0], 'x');
+        assert_int_equal(b.data[b.len - 1], 'a');
+        assert_int_equal(b.data[b.len], '\0');
+        assert_int_equal(strspn(b.data + 1, "a"), want);
+        if (extra <= 1)
+            assert_int_equal(b.alloc, alloc);
+        else
+            assert_true(b.alloc > alloc);
+        tally_buf_release(&b);
+    }
 }
 
 /* Every appender refuses to pass the cap and leaves the buffer unchanged. */
@@ -250,10 +317,16 @@ static void test_fmt(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_init_release), cmocka_unit_test(test_append_grow),
-        cmocka_unit_test(test_printf),       cmocka_unit_test(test_cap),
-        cmocka_unit_test(test_huge_cap),     cmocka_unit_test(test_json_str),
-        cmocka_unit_test(test_csv_field),    cmocka_unit_test(test_html),
+        cmocka_unit_test(test_init_release),
+        cmocka_unit_test(test_append_grow),
+        cmocka_unit_test(test_printf),
+        cmocka_unit_test(test_printf_at_the_edge),
+        cmocka_unit_test(test_printf_like_snprintf),
+        cmocka_unit_test(test_cap),
+        cmocka_unit_test(test_huge_cap),
+        cmocka_unit_test(test_json_str),
+        cmocka_unit_test(test_csv_field),
+        cmocka_unit_test(test_html),
         cmocka_unit_test(test_fmt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
