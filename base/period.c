@@ -2,10 +2,10 @@
  *
  * A period "YYYY-MM" runs from local midnight on the 1st of the month to
  * local midnight on the 1st of the next, in the account's time zone. The
- * C library knows the zone rules (tzfile); it is asked only one question:
- * the UTC offset in force at a UTC instant (localtime_r's tm_gmtoff). The
- * rest is integer arithmetic on civil dates, so no floating point and no
- * mktime() guessing around DST changes:
+ * zone's rules are asked only one question: the UTC offset in force at a
+ * UTC instant (zone.c reads it from the zone's TZif file, as the C library
+ * would, without the library's one process-wide TZ). The rest is integer arithmetic on civil dates,
+ * so no floating point and no mktime() guessing around DST changes:
  *
  *   - a local time L (civil seconds as if UTC) happens at t = L - off(t);
  *     the offsets in force a day and a half either side of L are the only
@@ -15,9 +15,8 @@
  *   - a local midnight that does not exist (a spring-forward change at
  *     midnight) starts the day at the change itself, found by bisection.
  *
- * TZ is set for the duration of a call and restored (or unset) afterwards.
- * UTC is handled without touching the environment. Not thread-safe (setenv),
- * like the rest of a ledger connection. */
+ * Safe to call from any thread: nothing here touches the environment or the
+ * C library's time zone state. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +25,7 @@
 #include <unistd.h>
 
 #include "tally/period.h"
+#include "zone_int.h"
 
 #define SPAN_S 129600 /* a day and a half: further than any UTC offset */
 
@@ -101,61 +101,40 @@ bool tally_tz_valid(const char *tz)
         if (!ok)
             return false;
     }
-    const char *dir = getenv("TZDIR");
-    char path[512];
-    int n = snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", tz);
-    return n > 0 && (size_t)n < sizeof path && access(path, R_OK) == 0;
+    const tally_zone *z;
+    tally_zone *owned;
+    if (zone_get(tz, &z, &owned) != TALLY_OK)
+        return false;
+    zone_free(owned);
+    return true;
 }
 
-/* TZ switching: enter() sets it (unless UTC), leave() restores it. */
+/* The zone of a call: none for UTC, else a loaded zone (and the copy to
+ * free when the table of loaded zones was full). */
 typedef struct tz_saved {
-    bool switched;
-    bool had;
-    char value[256];
+    const tally_zone *zone;
+    tally_zone *owned;
 } tz_saved;
 
 static tally_err tz_enter(const char *tz, tz_saved *s)
 {
-    s->switched = false;
+    s->zone = NULL;
+    s->owned = NULL;
     if (!tally_tz_valid(tz))
         return TALLY_INVAL;
-    if (is_utc(tz))
-        return TALLY_OK;
-    const char *old = getenv("TZ");
-    s->had = old != NULL;
-    if (old && strlen(old) >= sizeof s->value)
-        return TALLY_INVAL;
-    if (old)
-        memcpy(s->value, old, strlen(old) + 1);
-    if (setenv("TZ", tz, 1) != 0)
-        return TALLY_NOMEM;
-    s->switched = true;
-    tzset();
-    return TALLY_OK;
+    return is_utc(tz) ? TALLY_OK : zone_get(tz, &s->zone, &s->owned);
 }
 
 static void tz_leave(tz_saved *s)
 {
-    if (!s->switched)
-        return;
-    if (s->had)
-        (void)setenv("TZ", s->value, 1);
-    else
-        (void)unsetenv("TZ");
-    tzset();
-    s->switched = false;
+    zone_free(s->owned);
+    s->owned = NULL;
 }
 
-/* The UTC offset (seconds east) in force at t in the current TZ. */
+/* The UTC offset (seconds east) in force at t in the call's zone. */
 static int64_t offset_at(const tz_saved *s, int64_t t)
 {
-    if (!s->switched)
-        return 0;
-    time_t tt = (time_t)t;
-    struct tm tm;
-    if (!localtime_r(&tt, &tm))
-        return 0;
-    return (int64_t)tm.tm_gmtoff;
+    return s->zone ? zone_offset(s->zone, t) : 0;
 }
 
 /* The first UTC instant at or after local civil time `local`. */
