@@ -57,6 +57,36 @@ static void group_digits(char *out, size_t cap, const char *digits, size_t n)
     out[o] = '\0';
 }
 
+/* Appends s to buf (cap bytes with its NUL) at *o, cutting what does not
+ * fit. */
+static void put(char *buf, size_t cap, size_t *o, const char *s)
+{
+    if (cap == 0)
+        return;
+    size_t n = strlen(s);
+    if (n > cap - 1 - *o)
+        n = cap - 1 - *o;
+    memcpy(buf + *o, s, n);
+    *o += n;
+    buf[*o] = '\0';
+}
+
+/* The digits of v, most significant first, ending at end (39 of them at
+ * most); returns the first. 64-bit division once the value allows it. */
+static char *udigits(char *end, unsigned __int128 v)
+{
+    char *p = end;
+    while (v > UINT64_MAX) {
+        *--p = (char)('0' + (int)(v % 10));
+        v /= 10;
+    }
+    uint64_t w = (uint64_t)v;
+    do
+        *--p = (char)('0' + (int)(w % 10));
+    while (w /= 10);
+    return p;
+}
+
 void html_decimal(char *buf, size_t cap, __int128 q, __int128 divisor, int max_frac)
 {
     bool neg = q < 0;
@@ -70,20 +100,21 @@ void html_decimal(char *buf, size_t cap, __int128 q, __int128 divisor, int max_f
         frac -= scale;
     }
     char digits[48], grouped[64], fr[48];
-    size_t n = 0;
-    do {
-        digits[sizeof digits - 1 - n++] = (char)('0' + (int)(ip % 10));
-        ip /= 10;
-    } while (ip > 0 && n < sizeof digits - 1);
-    group_digits(grouped, sizeof grouped, digits + sizeof digits - n, n);
+    char *first = udigits(digits + sizeof digits, ip);
+    size_t n = (size_t)(digits + sizeof digits - first);
+    group_digits(grouped, sizeof grouped, first, n);
     int f = max_frac;
     for (int i = f - 1; i >= 0; i--, frac /= 10)
-        fr[i] = (char)('0' + (int)(frac % 10));
+        fr[i] = (char)('0' + (int)((uint64_t)(frac % 10)));
     while (f > 0 && fr[f - 1] == '0')
         f--;
     fr[f] = '\0';
-    snprintf(buf, cap, "%s%s%s%s", neg && (n > 1 || grouped[0] != '0' || f > 0) ? "-" : "", grouped,
-             f > 0 ? "." : "", fr);
+    bool minus = neg && (n > 1 || grouped[0] != '0' || f > 0);
+    size_t o = 0; /* cut at cap, as snprintf would */
+    put(buf, cap, &o, minus ? "-" : "");
+    put(buf, cap, &o, grouped);
+    put(buf, cap, &o, f > 0 ? "." : "");
+    put(buf, cap, &o, fr);
 }
 
 const char *html_unit_plural(const char *unit, char *buf, size_t cap)

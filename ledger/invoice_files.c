@@ -6,6 +6,7 @@
  * reader never sees half a file. Account ids are percent-encoded where a
  * byte is not safe in a file name ('/', a leading '.', control bytes, ...). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,11 +21,23 @@ static tally_err write_file(const char *path, const tally_buf *data, char *why, 
         snprintf(why, cap, "path too long: %s", path);
         return TALLY_IO;
     }
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666); /* as fopen's "w" */
+    if (fd < 0)
         goto out_errno;
-    bool ok = data->len == 0 || fwrite(data->data, 1, data->len, f) == data->len;
-    if (fclose(f) != 0 || !ok) {
+    bool ok = true;
+    for (size_t off = 0; ok && off < data->len;) { /* no stdio: one write, its own buffer */
+        ssize_t w = write(fd, data->data + off, data->len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w == 0)
+            errno = EIO;
+        ok = w > 0;
+        off += ok ? (size_t)w : 0;
+    }
+    int saved = errno;
+    if (close(fd) != 0 || !ok) {
+        if (!ok)
+            errno = saved;
         (void)unlink(tmp);
         goto out_errno;
     }
