@@ -5,8 +5,10 @@
  * for that long. Either way the open batch is committed and the member
  * leaves the group before exit 0. A progress line goes to stderr about once
  * a second; the totals go to stdout at the end. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -159,6 +161,14 @@ int cmd_meter(cli_ctx *ctx, int argc, char **argv)
     int rc = parse_opts(ctx, argc, argv, &o);
     if (rc)
         return rc;
+    /* Before any thread starts: glibc gives each new thread an arena of its
+     * own (up to 8 per core), and the fetch buffers librdkafka's threads
+     * allocate and the commit thread frees stay behind in theirs, so a
+     * meter's resident memory kept growing for millions of events. Two
+     * arenas hold it near its level at the first million (bench/RESULTS.md,
+     * "Memory over 5M events"). MALLOC_ARENA_MAX in the environment wins. */
+    if (!getenv("MALLOC_ARENA_MAX"))
+        (void)mallopt(M_ARENA_MAX, 2);
     tally_ledger *l = NULL;
     tally_shard_set *shards = NULL;
     if ((rc = cli_open_ledger(ctx, &l)))
