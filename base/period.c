@@ -86,12 +86,12 @@ static bool is_utc(const char *tz)
     return strcmp(tz, "UTC") == 0 || strcmp(tz, "Etc/UTC") == 0;
 }
 
-bool tally_tz_valid(const char *tz)
+/* A name the zone directory may hold: no absolute path, no "..", only the
+ * bytes IANA names use. */
+static bool tz_name_ok(const char *tz)
 {
     if (!tz || !*tz || strlen(tz) > 63)
         return false;
-    if (is_utc(tz))
-        return true;
     if (tz[0] == '/' || tz[0] == ':' || strstr(tz, ".."))
         return false;
     for (const char *p = tz; *p; p++) {
@@ -101,9 +101,16 @@ bool tally_tz_valid(const char *tz)
         if (!ok)
             return false;
     }
+    return true;
+}
+
+bool tally_tz_valid(const char *tz)
+{
+    if (tz && is_utc(tz))
+        return true;
     const tally_zone *z;
     tally_zone *owned;
-    if (zone_get(tz, &z, &owned) != TALLY_OK)
+    if (!tz_name_ok(tz) || zone_get(tz, &z, &owned) != TALLY_OK)
         return false;
     zone_free(owned);
     return true;
@@ -120,9 +127,9 @@ static tally_err tz_enter(const char *tz, tz_saved *s)
 {
     s->zone = NULL;
     s->owned = NULL;
-    if (!tally_tz_valid(tz))
-        return TALLY_INVAL;
-    return is_utc(tz) ? TALLY_OK : zone_get(tz, &s->zone, &s->owned);
+    if (tz && is_utc(tz))
+        return TALLY_OK;
+    return tz_name_ok(tz) ? zone_get(tz, &s->zone, &s->owned) : TALLY_INVAL;
 }
 
 static void tz_leave(tz_saved *s)
