@@ -25,40 +25,10 @@
 #include <unistd.h>
 
 #include "tally/period.h"
+#include "civil_int.h"
 #include "zone_int.h"
 
 #define SPAN_S 129600 /* a day and a half: further than any UTC offset */
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-/* The civil date of a day number (inverse of days_from_civil). */
-static void civil_from_days(int64_t z, int *y, int *m, int *d)
-{
-    z += 719468;
-    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    int64_t doe = z - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
-    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
-    *y = (int)(yoe + era * 400 + (*m <= 2));
-}
-
-static int64_t floor_div(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
-}
 
 tally_err tally_period_parse(const char *period, int *year, int *month)
 {
@@ -172,7 +142,7 @@ static int64_t local_to_utc(const tz_saved *s, int64_t local)
 
 static int64_t local_midnight(const tz_saved *s, int y, int m, int d)
 {
-    return local_to_utc(s, days_from_civil(y, m, d) * 86400);
+    return local_to_utc(s, civil_days_from(y, m, d) * 86400);
 }
 
 tally_err tally_period_bounds(const char *period, const char *tz_name, int64_t *start_s,
@@ -195,7 +165,9 @@ tally_err tally_period_bounds(const char *period, const char *tz_name, int64_t *
 static void local_date(const tz_saved *s, int64_t t, int *y, int *m, int *d)
 {
     int64_t local = t + offset_at(s, t);
-    civil_from_days(floor_div(local, 86400), y, m, d);
+    int64_t year;
+    civil_from_days(civil_floor_div(local, 86400), &year, m, d);
+    *y = (int)year;
 }
 
 tally_err tally_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_t *end_s,
@@ -207,7 +179,7 @@ tally_err tally_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_
         return e;
     int y, m, d;
     local_date(&s, t_s, &y, &m, &d);
-    int64_t day = days_from_civil(y, m, d);
+    int64_t day = civil_days_from(y, m, d);
     *start_s = local_to_utc(&s, day * 86400);
     *end_s = local_to_utc(&s, (day + 1) * 86400);
     tz_leave(&s);

@@ -6,6 +6,7 @@
  * representable (second 60 is rejected), as in POSIX time. */
 #include <string.h>
 
+#include "civil_int.h"
 #include "tally/event.h"
 
 #define SECONDS_PER_DAY 86400
@@ -14,39 +15,39 @@
 #define TIME_MIN_S (-62167219200LL)
 #define TIME_MAX_S 253402300799LL
 
-static int64_t floor_div(int64_t a, int64_t b)
+int64_t civil_floor_div(int64_t a, int64_t b)
 {
     int64_t q = a / b;
     return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
-static bool is_leap(int64_t y)
+bool civil_is_leap(int64_t y)
 {
     return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
 }
 
-static int days_in_month(int64_t y, int m)
+int civil_days_in_month(int64_t y, int m)
 {
     static const unsigned char days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    return m == 2 && is_leap(y) ? 29 : days[m - 1];
+    return m == 2 && civil_is_leap(y) ? 29 : days[m - 1];
 }
 
 /* Days since 1970-01-01 of the civil date y-m-d (m 1..12, d 1..31). */
-static int64_t days_from_civil(int64_t y, int m, int d)
+int64_t civil_days_from(int64_t y, int m, int d)
 {
     y -= m <= 2;
-    int64_t era = floor_div(y, 400);
+    int64_t era = civil_floor_div(y, 400);
     int64_t yoe = y - era * 400;                                   /* 0..399 */
     int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1; /* 0..365, from March */
     int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;           /* 0..146096 */
     return era * DAYS_PER_ERA + doe - 719468;
 }
 
-/* Inverse of days_from_civil. */
-static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+/* Inverse of civil_days_from. */
+void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 {
     z += 719468;
-    int64_t era = floor_div(z, DAYS_PER_ERA);
+    int64_t era = civil_floor_div(z, DAYS_PER_ERA);
     int64_t doe = z - era * DAYS_PER_ERA;
     int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
     int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
@@ -114,8 +115,8 @@ tally_err tally_time_parse(const char *s, size_t len, int64_t *out_s)
         !digits(s, len, &i, 2, &hh) || !expect(s, len, &i, ':', ':') ||
         !digits(s, len, &i, 2, &mi) || !expect(s, len, &i, ':', ':') || !digits(s, len, &i, 2, &ss))
         return TALLY_PARSE;
-    if (mon < 1 || mon > 12 || day < 1 || day > days_in_month(year, mon) || hh > 23 || mi > 59 ||
-        ss > 59)
+    if (mon < 1 || mon > 12 || day < 1 || day > civil_days_in_month(year, mon) || hh > 23 ||
+        mi > 59 || ss > 59)
         return TALLY_PARSE;
     if (i < len && s[i] == '.') { /* fraction: at least one digit, truncated */
         size_t start = ++i;
@@ -128,7 +129,7 @@ tally_err tally_time_parse(const char *s, size_t len, int64_t *out_s)
     if (!parse_zone(s, len, &i, &offset_s) || i != len)
         return TALLY_PARSE;
     *out_s =
-        days_from_civil(year, mon, day) * SECONDS_PER_DAY + hh * 3600 + mi * 60 + ss - offset_s;
+        civil_days_from(year, mon, day) * SECONDS_PER_DAY + hh * 3600 + mi * 60 + ss - offset_s;
     return TALLY_OK;
 }
 
@@ -147,7 +148,7 @@ tally_err tally_time_format(int64_t t_s, char *buf, size_t cap)
         return TALLY_TOO_LARGE;
     if (t_s < TIME_MIN_S || t_s > TIME_MAX_S)
         return TALLY_RANGE;
-    int64_t days = floor_div(t_s, SECONDS_PER_DAY);
+    int64_t days = civil_floor_div(t_s, SECONDS_PER_DAY);
     int64_t sod = t_s - days * SECONDS_PER_DAY;
     int64_t y;
     int m, d;

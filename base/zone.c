@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "civil_int.h"
 #include "zone_int.h"
 
 /* One DST change of a POSIX TZ rule: Jn (day 1-365, February 29 never
@@ -175,57 +176,18 @@ static bool parse_posix(const char *s, zone_posix *z)
 
 /* ---- evaluating a rule -------------------------------------------------- */
 
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static int64_t floor_div(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
-}
-
-/* The proleptic Gregorian year holding day number `days`. */
-static int64_t year_of_day(int64_t days)
-{
-    int64_t y = floor_div(days * 400, 146097) + 1970; /* within one of the answer */
-    while (days_from_civil(y, 1, 1) > days)
-        y--;
-    while (days_from_civil(y + 1, 1, 1) <= days)
-        y++;
-    return y;
-}
-
-static bool is_leap(int64_t y)
-{
-    return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-}
-
-static int month_days(int64_t y, int m)
-{
-    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    return days[m - 1] + (m == 2 && is_leap(y));
-}
-
 /* The day number on which rule r falls in year y. */
 static int64_t rule_day(const zone_rule *r, int64_t y)
 {
-    int64_t jan1 = days_from_civil(y, 1, 1);
+    int64_t jan1 = civil_days_from(y, 1, 1);
     if (r->kind == RULE_JULIAN1)
-        return jan1 + r->day - 1 + (is_leap(y) && r->day >= 60);
+        return jan1 + r->day - 1 + (civil_is_leap(y) && r->day >= 60);
     if (r->kind == RULE_DAY0)
         return jan1 + r->day;
-    int64_t first = days_from_civil(y, r->month, 1);
+    int64_t first = civil_days_from(y, r->month, 1);
     int wday1 = (int)((first % 7 + 11) % 7); /* 1970-01-01 was a Thursday (4) */
     int d = 1 + (r->wday - wday1 + 7) % 7 + (r->week - 1) * 7;
-    while (d > month_days(y, r->month))
+    while (d > civil_days_in_month(y, r->month))
         d -= 7; /* week 5 is the last such weekday */
     return first + d - 1;
 }
@@ -234,7 +196,9 @@ static int32_t posix_offset(const zone_posix *z, int64_t t)
 {
     if (!z->has_dst)
         return z->std_off;
-    int64_t y = year_of_day(floor_div(t, 86400));
+    int64_t y; /* the UTC year of t, as the C library takes it */
+    int m, d;
+    civil_from_days(civil_floor_div(t, 86400), &y, &m, &d);
     /* the start is given in standard time, the end in daylight time */
     int64_t start = rule_day(&z->start, y) * 86400 + z->start.time - z->std_off;
     int64_t end = rule_day(&z->end, y) * 86400 + z->end.time - z->dst_off;
