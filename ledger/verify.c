@@ -726,6 +726,34 @@ static tally_err check_documents(vctx *v)
     return sig != TALLY_OK ? sig : err;
 }
 
+/* ---- memory-mapped reads ------------------------------------------------- */
+
+/* Verify reads every page of the file, some twice and on two connections:
+ * mapped, a page is read from the OS's cache instead of being copied into
+ * each connection's page cache (SQLite caps it at its own maximum, 2 GiB
+ * by default; past that, pages are read as before). */
+#define VERIFY_MMAP_BYTES "2147418112"
+
+/* l's mmap_size (0 when it cannot be read), to be restored after verify. */
+static int64_t mmap_size(tally_ledger *l)
+{
+    sqlite3_stmt *st;
+    int64_t n = 0;
+    if (ledger_prepare(l, "PRAGMA mmap_size", &st) != TALLY_OK)
+        return 0;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+static void set_mmap_size(tally_ledger *l, const char *bytes)
+{
+    char sql[64];
+    if (l && !tally_fmt(sql, sizeof sql, "PRAGMA mmap_size=%s", bytes))
+        (void)sqlite3_exec(l->db, sql, NULL, NULL, NULL);
+}
+
 /* ---- shards of a ledger directory ----------------------------------------- */
 
 /* Each shard is a ledger file of its own that chains its own usage batches,
@@ -742,6 +770,7 @@ static tally_err check_shard(vctx *v, const char *name)
     if (err != TALLY_OK)
         return fail(v, err, "shard %s: cannot open: %s", name, why);
     vctx sv = {.l = sl, .key_path = v->key_path, .why = why, .cap = sizeof why};
+    set_mmap_size(sl, VERIFY_MMAP_BYTES);
     err = check_integrity(&sv);
     if (err == TALLY_OK)
         err = check_triggers(&sv);
@@ -910,6 +939,10 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     /* One snapshot for every check (WAL readers do not block writers). */
     tally_ledger *l2 = second_connection(l);
     bool two = false;
+    char was_mmap[24];
+    snprintf(was_mmap, sizeof was_mmap, "%lld", (long long)mmap_size(l));
+    set_mmap_size(l, VERIFY_MMAP_BYTES);
+    set_mmap_size(l2, VERIFY_MMAP_BYTES);
     tally_err err = begin_snapshot(l, l2, &two);
     if (err == TALLY_OK && !two && connections() == 2) {
         sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
@@ -918,6 +951,7 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     }
     if (err != TALLY_OK) {
         tally_ledger_close(l2);
+        set_mmap_size(l, was_mmap);
         return verify_fail(&r[0].v, err, "ledger database: %s", tally_ledger_errmsg(l));
     }
     char why2[512] = "";
@@ -931,6 +965,7 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     if (err == TALLY_OK)
         err = summary(&r[0].v);
     sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
+    set_mmap_size(l, was_mmap);
     if (l2) {
         sqlite3_exec(l2->db, "COMMIT", NULL, NULL, NULL);
         tally_keyring_destroy(r[1].v.keys);
