@@ -123,23 +123,24 @@ static int table_index(const char *tbl, size_t nt)
     return -1;
 }
 
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
+/* Each byte's value as a lower-case hex digit, plus one (0: not one). */
+static const unsigned char hex1[256] = {
+    ['0'] = 1, ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+};
 
 /* 64 lower-case hex digits into 32 bytes; false if s is not that. */
 static bool unhex32(const char *s, size_t n, unsigned char out[32])
 {
     if (n != 64)
         return false;
+    unsigned bad = 0;
     for (size_t i = 0; i < 32; i++) {
-        int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return false;
-        out[i] = (unsigned char)(hi << 4 | lo);
+        unsigned hi = hex1[(unsigned char)s[2 * i]], lo = hex1[(unsigned char)s[2 * i + 1]];
+        bad |= (hi == 0) | (lo == 0);
+        out[i] = (unsigned char)((hi - 1) << 4 | ((lo - 1) & 15));
     }
-    return true;
+    return !bad;
 }
 
 static tally_err keep_entry(chain_ents *t, int64_t seq, int64_t key, const char *row_hash,
