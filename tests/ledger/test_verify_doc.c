@@ -72,6 +72,18 @@ static int read_both(const char *doc, size_t len)
     } else {
         assert_int_equal(r, -1);
     }
+    /* verify's entry point: the scanner's reading, else json-c's */
+    vdoc_fields got;
+    bool got_object = false;
+    assert_int_equal(vdoc_read(doc, len, 2, &got, &got_object), TALLY_OK);
+    assert_int_equal(got_object, object);
+    if (object) {
+        assert_text_equal(got.account, ref.account, doc);
+        assert_sum_equal(got.lines, ref.lines, doc);
+        assert_int_equal(got.issued_ok, ref.issued_ok);
+    }
+    assert_true(r == 1 ? got.tree == NULL : got.tree != NULL || !object);
+    vdoc_release(&got);
     vdoc_release(&ref);
     return r;
 }
