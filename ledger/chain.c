@@ -111,82 +111,105 @@ static const void *src_bytes(const canon_src *s, int i, bool text, size_t *n)
     return p;
 }
 
-/* The most bytes the canonical form of the values takes, or 0 when one is
- * a real (a value Tally never stores). */
-static size_t canon_cap(const canon_src *s)
+/* Where the canonical form is written: p holds len bytes of cap, grown by
+ * grow (a realloc of SQLite's allocator or libc's) as the values come. */
+typedef struct canon_out {
+    char *p;
+    size_t len, cap;
+    void *(*grow)(void *p, size_t n);
+} canon_out;
+
+static bool reserve(canon_out *o, size_t n)
 {
-    size_t cap = 1;
+    if (o->cap - o->len >= n)
+        return true;
+    size_t cap = o->cap ? o->cap : 256;
+    while (cap - o->len < n)
+        cap *= 2;
+    char *p = o->grow(o->p, cap);
+    if (!p)
+        return false;
+    o->p = p;
+    o->cap = cap;
+    return true;
+}
+
+/* Appends the canonical form of the values to o, each value read once
+ * (every chained row, and every row verify hashes, goes through here).
+ * Returns TALLY_TAMPERED when one is a real (a value Tally never stores),
+ * TALLY_NOMEM. */
+static tally_err canon_put(canon_out *o, const canon_src *s)
+{
     for (int i = 0; i < s->n; i++) {
         int t = src_type(s, i);
         size_t n = 0;
+        const void *b = NULL;
         if (t == SQLITE_FLOAT)
-            return 0;
+            return TALLY_TAMPERED;
         if (t == SQLITE_TEXT || t == SQLITE_BLOB)
-            (void)src_bytes(s, i, t == SQLITE_TEXT, &n); /* as put reads them */
-        cap += CANON_OVERHEAD + n;
-    }
-    return cap;
-}
-
-/* Writes the canonical form of the values at p (canon_cap bytes). */
-static size_t canon_put(char *p, const canon_src *s)
-{
-    size_t len = 0;
-    for (int i = 0; i < s->n; i++) {
-        int t = src_type(s, i);
-        size_t n;
+            b = src_bytes(s, i, t == SQLITE_TEXT, &n);
+        if (!reserve(o, CANON_OVERHEAD + n))
+            return TALLY_NOMEM;
+        char *p = o->p + o->len;
         if (t == SQLITE_NULL) {
-            memcpy(p + len, "n;", 2);
-            len += 2;
+            memcpy(p, "n;", 2);
+            o->len += 2;
         } else if (t == SQLITE_INTEGER) {
+            size_t len = 0;
             p[len++] = 'i';
             len += put_i64(p + len, src_int(s, i));
             p[len++] = ';';
+            o->len += len;
         } else {
-            const void *b = src_bytes(s, i, t == SQLITE_TEXT, &n);
-            len += put_bytes(p + len, t == SQLITE_TEXT ? 't' : 'b', b, n);
+            o->len += put_bytes(p, t == SQLITE_TEXT ? 't' : 'b', b, n);
         }
     }
-    return len;
+    return TALLY_OK;
 }
 
-/* The canonical form's bytes are sized first and written once, into
- * memory SQLite takes over (no copy): every chained row goes through here. */
+static void *sqlite_grow(void *p, size_t n)
+{
+    return sqlite3_realloc64(p, n);
+}
+
+static void *libc_grow(void *p, size_t n)
+{
+    return realloc(p, n);
+}
+
+/* The canonical form is written once, into memory SQLite takes over (no
+ * copy). */
 static void fn_canon(sqlite3_context *cx, int argc, sqlite3_value **argv)
 {
     canon_src src = {.argv = argv, .n = argc};
-    size_t cap = canon_cap(&src);
-    if (!cap) {
+    canon_out o = {.grow = sqlite_grow};
+    tally_err e = reserve(&o, 1) ? canon_put(&o, &src) : TALLY_NOMEM;
+    if (e == TALLY_TAMPERED)
         sqlite3_result_error(cx, "tally_canon: a value Tally never stores", -1);
-        return;
-    }
-    char *out = sqlite3_malloc64(cap);
-    if (!out) {
+    else if (e != TALLY_OK)
         sqlite3_result_error_nomem(cx);
-        return;
-    }
-    sqlite3_result_blob64(cx, out, canon_put(out, &src), sqlite3_free);
+    else
+        sqlite3_result_blob64(cx, o.p, o.len, sqlite3_free);
+    if (e != TALLY_OK)
+        sqlite3_free(o.p);
 }
 
 tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int n, char **buf,
                             size_t *buf_cap, char hex[65])
 {
     canon_src src = {.st = st, .first = first, .n = n};
-    size_t nt = strlen(table), cap = canon_cap(&src);
-    if (!cap)
-        return TALLY_TAMPERED; /* a real: the SQL check names it */
-    cap += nt + CANON_OVERHEAD;
-    if (cap > *buf_cap) {
-        char *p = realloc(*buf, cap);
-        if (!p)
-            return TALLY_NOMEM;
-        *buf = p;
-        *buf_cap = cap;
+    size_t nt = strlen(table);
+    canon_out o = {.p = *buf, .cap = *buf_cap, .grow = libc_grow};
+    tally_err e = reserve(&o, nt + CANON_OVERHEAD) ? TALLY_OK : TALLY_NOMEM;
+    if (e == TALLY_OK) {
+        o.len = put_bytes(o.p, 't', table, nt);
+        e = canon_put(&o, &src); /* TALLY_TAMPERED on a real: the SQL check names it */
     }
-    size_t len = put_bytes(*buf, 't', table, nt);
-    len += canon_put(*buf + len, &src);
-    tally_sha256_hex(*buf, len, hex);
-    return TALLY_OK;
+    *buf = o.p;
+    *buf_cap = o.cap;
+    if (e == TALLY_OK)
+        tally_sha256_hex(o.p, o.len, hex);
+    return e;
 }
 
 static void fn_sha256(sqlite3_context *cx, int argc, sqlite3_value **argv)

@@ -1039,4 +1039,36 @@ tally_err verify_heads(vctx *v);
 /* The prepaid balances against their recomputation (verify_balance.c). */
 tally_err verify_balances(vctx *v);
 
+/* What verify reads of a stored document (verify_doc.c). A text is NULL
+ * when the member is absent or not a string; a sum is not ok when a money
+ * field is absent or malformed, an array is missing, or it overflows. */
+typedef struct vdoc_text {
+    const char *s; /* borrowed from the document or json-c's tree */
+    size_t n;
+} vdoc_text;
+typedef struct vdoc_sum {
+    bool ok;
+    int64_t v; /* minor units */
+} vdoc_sum;
+typedef struct vdoc_fields {
+    vdoc_text invoice_id, type, account, currency, refers_to;
+    vdoc_sum subtotal, total_credits, amount_due;
+    vdoc_sum lines, applied; /* the amounts of lines[] and credits_applied[] */
+    bool issued_present;     /* credit_issued is a member */
+    bool issued_ok;          /* ... an object: kind "adjustment", an amount, an integer grant_id */
+    int64_t issued, grant_id;
+    struct json_object *tree; /* json-c's, which the texts point into; NULL: they point into doc */
+} vdoc_fields;
+/* Reads doc (len bytes; money with minor_digits) into f: by the scanner
+ * when the text is in its subset, else by json-c. *object is false when
+ * json-c finds no JSON object (then f is empty). f's texts point into doc
+ * or json-c's tree: vdoc_release frees the tree. Errors: TALLY_NOMEM. */
+tally_err vdoc_read(const char *doc, size_t len, int minor_digits, vdoc_fields *f, bool *object);
+void vdoc_release(vdoc_fields *f);
+/* The scanner alone (1: read; -1: outside its subset) and json-c alone,
+ * for the tests that hold the two to the same answers. */
+int vdoc_read_fast(const char *doc, size_t len, int minor_digits, vdoc_fields *f);
+tally_err vdoc_read_json_c(const char *doc, size_t len, int minor_digits, vdoc_fields *f,
+                           bool *object);
+
 #endif

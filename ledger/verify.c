@@ -40,8 +40,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <json-c/json.h>
-
 #include "ledger_int.h"
 #include "tally/embed.h"
 #include "tally/parallel.h"
@@ -499,96 +497,56 @@ static tally_err check_chain(vctx *v, const vdoc_row *r)
     return vsig_add(v, v->sigs, r->credit_note, r->id, p.key_id, r->hash, r->signature);
 }
 
-static const char *jstr(json_object *o, const char *key)
+static bool text_is(vdoc_text t, const char *want)
 {
-    json_object *f = NULL;
-    if (!json_object_object_get_ex(o, key, &f) || !json_object_is_type(f, json_type_string))
-        return NULL;
-    return json_object_get_string(f);
-}
-
-/* A money field ("39.82") of o in minor units; -1 if absent or malformed. */
-static int jmoney(json_object *o, const char *key, int digits, int64_t *out)
-{
-    const char *s = jstr(o, key);
-    const char *why = NULL;
-    if (!s || tally_amount_parse(s, strlen(s), digits, true, out, &why) != TALLY_OK)
-        return -1;
-    return 0;
-}
-
-/* Sums the money field key over the array arr of o; -1 on a bad element. */
-static int jsum(json_object *o, const char *arr, const char *key, int digits, int64_t *out)
-{
-    json_object *a = NULL;
-    *out = 0;
-    if (!json_object_object_get_ex(o, arr, &a) || !json_object_is_type(a, json_type_array))
-        return -1;
-    for (size_t i = 0; i < json_object_array_length(a); i++) {
-        int64_t x;
-        if (jmoney(json_object_array_get_idx(a, i), key, digits, &x) != 0 ||
-            __builtin_add_overflow(*out, x, out))
-            return -1;
-    }
-    return 0;
+    return t.s && t.n == strlen(want) && memcmp(t.s, want, t.n) == 0;
 }
 
 /* The document's credit_issued (SPEC section 4): absent is 0; present, an
  * `adjustment` grant with an id, positive on an invoice, negative on the
  * credit note that takes it back. */
-static const char *issued_problem(json_object *o, const vdoc_row *r, int digits, int64_t *issued,
-                                  int64_t *grant_id)
+static const char *issued_problem(const vdoc_fields *f, const vdoc_row *r)
 {
-    json_object *ci = NULL, *gid = NULL;
-    *issued = *grant_id = 0;
-    if (!json_object_object_get_ex(o, "credit_issued", &ci))
+    if (!f->issued_present)
         return NULL;
-    const char *kind = json_object_is_type(ci, json_type_object) ? jstr(ci, "kind") : NULL;
-    if (!kind || strcmp(kind, "adjustment") != 0 || jmoney(ci, "amount", digits, issued) ||
-        !json_object_object_get_ex(ci, "grant_id", &gid) ||
-        !json_object_is_type(gid, json_type_int))
+    if (!f->issued_ok)
         return "credit_issued is malformed";
-    *grant_id = json_object_get_int64(gid);
-    if (r->credit_note ? *issued >= 0 : *issued <= 0)
+    if (r->credit_note ? f->issued >= 0 : f->issued <= 0)
         return "credit_issued has the wrong sign";
     return NULL;
 }
 
 /* What the document says, against its row and its own arithmetic. */
-static const char *doc_content_problem(json_object *o, const vdoc_row *r, int digits,
-                                       int64_t *issued, int64_t *grant_id)
+static const char *doc_content_problem(const vdoc_fields *f, const vdoc_row *r)
 {
-    const char *id = jstr(o, "invoice_id"), *type = jstr(o, "type");
-    const char *acct = jstr(o, "account"), *cur = jstr(o, "currency");
-    if (!id || strcmp(id, r->id) != 0)
+    if (!text_is(f->invoice_id, r->id))
         return "invoice_id inside the document differs from its row";
-    if (!type || strcmp(type, r->credit_note ? "credit_note" : "invoice") != 0)
+    if (!text_is(f->type, r->credit_note ? "credit_note" : "invoice"))
         return "type inside the document differs from its row";
-    if (!acct || strcmp(acct, r->account) != 0 || !cur || strcmp(cur, r->currency) != 0)
+    if (!text_is(f->account, r->account) || !text_is(f->currency, r->currency))
         return "account or currency inside the document differs from its row";
     if (r->credit_note &&
-        strcmp(jstr(o, "refers_to") ? jstr(o, "refers_to") : "", r->refers_to) != 0)
+        !(f->refers_to.s ? text_is(f->refers_to, r->refers_to) : !r->refers_to[0]))
         return "refers_to inside the document differs from its row";
-    int64_t sub, cred, due, lines, applied, diff;
-    if (jmoney(o, "subtotal", digits, &sub) || jmoney(o, "total_credits", digits, &cred) ||
-        jmoney(o, "amount_due", digits, &due))
+    if (!f->subtotal.ok || !f->total_credits.ok || !f->amount_due.ok)
         return "totals inside the document are missing or malformed";
-    if (jsum(o, "lines", "amount", digits, &lines) ||
-        jsum(o, "credits_applied", "amount", digits, &applied))
+    int64_t sub = f->subtotal.v, cred = f->total_credits.v, due = f->amount_due.v, diff;
+    int64_t issued = f->issued_present && f->issued_ok ? f->issued : 0;
+    if (!f->lines.ok || !f->applied.ok)
         return "lines or credits inside the document are missing or malformed";
-    if (lines != sub)
+    if (f->lines.v != sub)
         return "lines do not sum to the subtotal";
-    if (applied != cred)
+    if (f->applied.v != cred)
         return "credits applied do not sum to total_credits";
-    const char *bad = issued_problem(o, r, digits, issued, grant_id);
+    const char *bad = issued_problem(f, r);
     if (bad)
         return bad;
-    if (__builtin_sub_overflow(sub, cred, &diff) || __builtin_add_overflow(diff, *issued, &diff) ||
+    if (__builtin_sub_overflow(sub, cred, &diff) || __builtin_add_overflow(diff, issued, &diff) ||
         diff != due)
         return "subtotal - total_credits + credit_issued != amount_due";
     if (!r->credit_note && (due < 0 || cred < 0))
         return "negative amount due or credits";
-    if (!r->credit_note && *issued && (due != 0 || cred != 0))
+    if (!r->credit_note && issued && (due != 0 || cred != 0))
         return "credit_issued on an invoice with an amount due or credits applied";
     if (sub != r->subtotal_minor || cred != r->credits_minor || due != r->amount_due_minor)
         return "totals in its row differ from the signed document";
@@ -629,19 +587,13 @@ static tally_err check_content(vctx *v, const vdoc_row *r)
     if (!c)
         return fail(v, TALLY_TAMPERED, "%s %s: unknown currency '%s'", label(r), r->id,
                     r->currency);
-    json_tokener *tok = json_tokener_new();
-    if (!tok)
+    vdoc_fields f;
+    bool object = false;
+    if (vdoc_read(r->doc, r->doc_len, c->minor_digits, &f, &object) != TALLY_OK)
         return fail(v, TALLY_NOMEM, "out of memory");
-    json_object *o = json_tokener_parse_ex(tok, r->doc, (int)r->doc_len);
-    const char *what = NULL;
-    int64_t issued = 0, grant_id = 0;
-    if (!o || json_tokener_get_error(tok) != json_tokener_success ||
-        !json_object_is_type(o, json_type_object))
-        what = "stored document is not a JSON object";
-    else
-        what = doc_content_problem(o, r, c->minor_digits, &issued, &grant_id);
-    json_object_put(o);
-    json_tokener_free(tok);
+    const char *what = object ? doc_content_problem(&f, r) : "stored document is not a JSON object";
+    int64_t issued = f.issued_present && f.issued_ok ? f.issued : 0, grant_id = f.grant_id;
+    vdoc_release(&f);
     if (what)
         return fail(v, TALLY_TAMPERED, "%s %s: %s", label(r), r->id, what);
     return r->credit_note || !issued ? TALLY_OK : check_issued_grant(v, r, issued, grant_id);
@@ -726,6 +678,34 @@ static tally_err check_documents(vctx *v)
     return sig != TALLY_OK ? sig : err;
 }
 
+/* ---- memory-mapped reads ------------------------------------------------- */
+
+/* Verify reads every page of the file, some twice and on two connections:
+ * mapped, a page is read from the OS's cache instead of being copied into
+ * each connection's page cache (SQLite caps it at its own maximum, 2 GiB
+ * by default; past that, pages are read as before). */
+#define VERIFY_MMAP_BYTES "2147418112"
+
+/* l's mmap_size (0 when it cannot be read), to be restored after verify. */
+static int64_t mmap_size(tally_ledger *l)
+{
+    sqlite3_stmt *st;
+    int64_t n = 0;
+    if (ledger_prepare(l, "PRAGMA mmap_size", &st) != TALLY_OK)
+        return 0;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+static void set_mmap_size(tally_ledger *l, const char *bytes)
+{
+    char sql[64];
+    if (l && !tally_fmt(sql, sizeof sql, "PRAGMA mmap_size=%s", bytes))
+        (void)sqlite3_exec(l->db, sql, NULL, NULL, NULL);
+}
+
 /* ---- shards of a ledger directory ----------------------------------------- */
 
 /* Each shard is a ledger file of its own that chains its own usage batches,
@@ -742,6 +722,7 @@ static tally_err check_shard(vctx *v, const char *name)
     if (err != TALLY_OK)
         return fail(v, err, "shard %s: cannot open: %s", name, why);
     vctx sv = {.l = sl, .key_path = v->key_path, .why = why, .cap = sizeof why};
+    set_mmap_size(sl, VERIFY_MMAP_BYTES);
     err = check_integrity(&sv);
     if (err == TALLY_OK)
         err = check_triggers(&sv);
@@ -910,6 +891,10 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     /* One snapshot for every check (WAL readers do not block writers). */
     tally_ledger *l2 = second_connection(l);
     bool two = false;
+    char was_mmap[24];
+    snprintf(was_mmap, sizeof was_mmap, "%lld", (long long)mmap_size(l));
+    set_mmap_size(l, VERIFY_MMAP_BYTES);
+    set_mmap_size(l2, VERIFY_MMAP_BYTES);
     tally_err err = begin_snapshot(l, l2, &two);
     if (err == TALLY_OK && !two && connections() == 2) {
         sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
@@ -918,6 +903,7 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     }
     if (err != TALLY_OK) {
         tally_ledger_close(l2);
+        set_mmap_size(l, was_mmap);
         return verify_fail(&r[0].v, err, "ledger database: %s", tally_ledger_errmsg(l));
     }
     char why2[512] = "";
@@ -931,6 +917,7 @@ tally_err tally_ledger_verify(tally_ledger *l, const char *key_path, char *why, 
     if (err == TALLY_OK)
         err = summary(&r[0].v);
     sqlite3_exec(l->db, "COMMIT", NULL, NULL, NULL);
+    set_mmap_size(l, was_mmap);
     if (l2) {
         sqlite3_exec(l2->db, "COMMIT", NULL, NULL, NULL);
         tally_keyring_destroy(r[1].v.keys);

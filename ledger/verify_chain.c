@@ -98,51 +98,77 @@ static tally_err unchained_sql(const chain_table *t, tally_buf *b)
                             t->desc, t->name, t->name);
 }
 
-/* The same check in one pass, the rows hashed here rather than by SQL
- * functions: *bad when a latest entry's row is gone or hashes otherwise
- * (changed_sql then names the first, by seq), *present the rows found. */
-static tally_err latest_pass(vctx *v, const chain_table *t, tally_buf *sql, char **buf,
-                             size_t *buf_cap, bool *bad, int64_t *present)
+#define N_TABLES (sizeof tables / sizeof *tables)
+
+/* One chain entry of a covered table, kept from the links' pass (which
+ * reads the whole chain anyway) for the rows' pass. */
+typedef struct chain_ent {
+    int64_t row_key, seq;
+    unsigned char row_hash[32];
+    bool hex_ok; /* row_hash was 64 lower-case hex digits, as the triggers write it */
+} chain_ent;
+
+/* A covered table's entries, in seq order as read, then sorted by row. */
+typedef struct chain_ents {
+    chain_ent *e;
+    size_t n, cap;
+    bool sorted; /* by (row_key, seq) */
+} chain_ents;
+
+static int table_index(const char *tbl, size_t nt)
 {
-    *bad = false;
-    *present = 0;
-    int ncols = 1;
-    for (const char *c = t->cols; *c; c++)
-        ncols += *c == ',';
-    tally_buf_reset(sql);
-    tally_err e = tally_buf_puts(sql, "SELECT c.row_hash, t.rowid IS NOT NULL, ");
-    if (!e)
-        e = prefixed(sql, t->cols);
-    if (!e)
-        e = tally_buf_printf(sql, LATEST_FROM, t->name, t->name);
-    if (e)
-        return verify_fail(v, e, "out of memory");
-    sqlite3_stmt *st = NULL;
-    if ((e = ledger_prepare(v->l, sql->data, &st)))
-        return verify_fail(v, e, "ledger database: %s", tally_ledger_errmsg(v->l));
-    int rc;
-    while (!*bad && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        char hex[65];
-        const char *want = (const char *)sqlite3_column_text(st, 0);
-        if (!sqlite3_column_int(st, 1)) {
-            *bad = true;
-            break;
-        }
-        e = ledger_canon_hash(t->name, st, 2, ncols, buf, buf_cap, hex);
-        if (e == TALLY_NOMEM)
-            break;
-        *bad = e != TALLY_OK || !want || sqlite3_column_bytes(st, 0) != 64 ||
-               memcmp(hex, want, 64) != 0;
-        e = TALLY_OK;
-        ++*present;
+    for (size_t i = 0; i < N_TABLES; i++)
+        if (strlen(tables[i].name) == nt && memcmp(tables[i].name, tbl, nt) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Each byte's value as a lower-case hex digit, plus one (0: not one). */
+static const unsigned char hex1[256] = {
+    ['0'] = 1, ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+};
+
+/* 64 lower-case hex digits into 32 bytes; false if s is not that. */
+static bool unhex32(const char *s, size_t n, unsigned char out[32])
+{
+    if (n != 64)
+        return false;
+    unsigned bad = 0;
+    for (size_t i = 0; i < 32; i++) {
+        unsigned hi = hex1[(unsigned char)s[2 * i]], lo = hex1[(unsigned char)s[2 * i + 1]];
+        bad |= (hi == 0) | (lo == 0);
+        out[i] = (unsigned char)((hi - 1) << 4 | ((lo - 1) & 15));
     }
-    tally_err db = !e && !*bad && rc != SQLITE_DONE ? ledger_sqlite_err(v->l, rc) : TALLY_OK;
-    sqlite3_finalize(st);
-    if (e)
-        return verify_fail(v, e, "out of memory");
-    if (db)
-        return verify_fail(v, db, "ledger database: %s", tally_ledger_errmsg(v->l));
+    return !bad;
+}
+
+static tally_err keep_entry(chain_ents *t, int64_t seq, int64_t key, const char *row_hash,
+                            size_t nr)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 1024;
+        chain_ent *e = realloc(t->e, cap * sizeof *e);
+        if (!e)
+            return TALLY_NOMEM;
+        t->e = e;
+        t->cap = cap;
+    }
+    chain_ent *e = &t->e[t->n];
+    t->sorted = t->sorted && (t->n == 0 || e[-1].row_key <= key); /* seq grows as read */
+    e->row_key = key;
+    e->seq = seq;
+    e->hex_ok = unhex32(row_hash, nr, e->row_hash);
+    t->n++;
     return TALLY_OK;
+}
+
+static int by_row(const void *a, const void *b)
+{
+    const chain_ent *x = a, *y = b;
+    if (x->row_key != y->row_key)
+        return x->row_key < y->row_key ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 /* A query the fast pass said must name a row (TALLY_INTERNAL if it does
@@ -154,39 +180,85 @@ static tally_err must_name(vctx *v, const char *sql, const char *table)
              : verify_fail(v, TALLY_INTERNAL, "verify: the chain's checks of %s disagree", table);
 }
 
-static tally_err count_rows(vctx *v, const char *table, tally_buf *sql, int64_t *n)
+/* Whether the row of st (rowid in column 0, the table's columns after it)
+ * hashes to what its latest entry recorded. */
+static tally_err row_matches(const chain_table *t, sqlite3_stmt *st, int ncols,
+                             const chain_ent *latest, char **buf, size_t *buf_cap, bool *same)
 {
+    char hex[65];
+    unsigned char raw[32];
+    tally_err e = ledger_canon_hash(t->name, st, 1, ncols, buf, buf_cap, hex);
+    if (e == TALLY_NOMEM)
+        return e;
+    *same = e == TALLY_OK && latest->hex_ok && unhex32(hex, 64, raw) &&
+            memcmp(raw, latest->row_hash, sizeof raw) == 0;
+    return TALLY_OK;
+}
+
+/* The table's rows in rowid order against its entries sorted by row: a
+ * row's latest entry is the last of its run. *changed: a latest entry's row
+ * is gone or hashes otherwise (the pass stops there); *unchained: a row has
+ * no entry at all. */
+static tally_err rows_pass(vctx *v, const chain_table *t, chain_ents *ents, tally_buf *sql,
+                           char **buf, size_t *buf_cap, bool *changed, bool *unchained)
+{
+    *changed = *unchained = false;
+    if (!ents->sorted)
+        qsort(ents->e, ents->n, sizeof *ents->e, by_row);
+    int ncols = 1;
+    for (const char *c = t->cols; *c; c++)
+        ncols += *c == ',';
     tally_buf_reset(sql);
-    sqlite3_stmt *st = NULL;
-    tally_err e = tally_buf_printf(sql, "SELECT count(*) FROM %s", table);
+    tally_err e = tally_buf_puts(sql, "SELECT rowid, ");
     if (!e)
-        e = ledger_prepare(v->l, sql->data, &st);
-    if (!e && sqlite3_step(st) == SQLITE_ROW)
-        *n = sqlite3_column_int64(st, 0);
-    else if (!e)
-        e = ledger_sqlite_err(v->l, sqlite3_errcode(v->l->db));
+        e = tally_buf_puts(sql, t->cols);
+    if (!e)
+        e = tally_buf_printf(sql, " FROM %s ORDER BY rowid", t->name);
+    if (e)
+        return verify_fail(v, e, "out of memory");
+    sqlite3_stmt *st = NULL;
+    if ((e = ledger_prepare(v->l, sql->data, &st)))
+        return verify_fail(v, e, "ledger database: %s", tally_ledger_errmsg(v->l));
+    size_t i = 0;
+    int rc = SQLITE_DONE;
+    while (!e && !*changed && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t rowid = sqlite3_column_int64(st, 0);
+        if (i < ents->n && ents->e[i].row_key < rowid) { /* its row is gone */
+            *changed = true;
+            break;
+        }
+        if (i == ents->n || ents->e[i].row_key != rowid) {
+            *unchained = true;
+            continue;
+        }
+        while (i + 1 < ents->n && ents->e[i + 1].row_key == rowid)
+            i++;
+        bool same;
+        e = row_matches(t, st, ncols, &ents->e[i++], buf, buf_cap, &same);
+        *changed = !e && !same;
+    }
+    if (!e && !*changed && rc == SQLITE_DONE && i < ents->n) /* rows past the last are gone */
+        *changed = true;
+    tally_err db = !e && !*changed && rc != SQLITE_DONE ? ledger_sqlite_err(v->l, rc) : TALLY_OK;
     sqlite3_finalize(st);
-    return e ? verify_fail(v, e, "ledger database: %s", tally_ledger_errmsg(v->l)) : TALLY_OK;
+    if (e)
+        return verify_fail(v, e, "out of memory");
+    if (db)
+        return verify_fail(v, db, "ledger database: %s", tally_ledger_errmsg(v->l));
+    return TALLY_OK;
 }
 
 /* Each covered row against its latest chain entry, then the rows the chain
- * never recorded (their number is the table's rows less those found). */
-static tally_err check_table(vctx *v, const chain_table *t, tally_buf *sql, char **buf,
-                             size_t *buf_cap)
+ * never recorded; only when the pass in C finds either does the query run
+ * that names the first (so the message is the SQL's, in its order). */
+static tally_err check_table(vctx *v, const chain_table *t, chain_ents *ents, tally_buf *sql,
+                             char **buf, size_t *buf_cap)
 {
-    bool bad;
-    int64_t present, rows = 0;
-    tally_err e = latest_pass(v, t, sql, buf, buf_cap, &bad, &present);
-    if (!e && bad) {
+    bool changed, unchained;
+    tally_err e = rows_pass(v, t, ents, sql, buf, buf_cap, &changed, &unchained);
+    if (!e && (changed || unchained)) {
         tally_buf_reset(sql);
-        e = changed_sql(t, sql);
-        return e ? verify_fail(v, e, "out of memory") : must_name(v, sql->data, t->name);
-    }
-    if (!e)
-        e = count_rows(v, t->name, sql, &rows);
-    if (!e && rows != present) {
-        tally_buf_reset(sql);
-        e = unchained_sql(t, sql);
+        e = changed ? changed_sql(t, sql) : unchained_sql(t, sql);
         return e ? verify_fail(v, e, "out of memory") : must_name(v, sql->data, t->name);
     }
     return e;
@@ -196,7 +268,8 @@ static tally_err check_table(vctx *v, const chain_table *t, tally_buf *sql, char
  * SHA-256(tally_canon(the previous entry's hash or '', seq, tbl, row_key,
  * row_hash)), computed here rather than in SQL (one pass in seq order; a
  * window query sorted the whole chain first). The first entry that does
- * not follow is named. */
+ * not follow is named. The covered tables' entries are kept in ents for
+ * the rows' pass. */
 static tally_err link_fail(vctx *v, sqlite3_stmt *st, int64_t pseq, int64_t seq)
 {
     if (seq != pseq + 1)
@@ -211,7 +284,7 @@ static tally_err link_fail(vctx *v, sqlite3_stmt *st, int64_t pseq, int64_t seq)
                        (long long)sqlite3_column_int64(st, 2));
 }
 
-static tally_err check_links(vctx *v)
+static tally_err check_links(vctx *v, chain_ents *ents)
 {
     sqlite3_stmt *st;
     tally_err err = ledger_prepare(
@@ -235,6 +308,9 @@ static tally_err check_links(vctx *v)
         }
         err = ledger_chain_link(prev, strlen(prev), seq, tbl, nt, sqlite3_column_int64(st, 2),
                                 row_hash, nr, want);
+        int ti = err == TALLY_OK ? table_index(tbl, nt) : -1;
+        if (ti >= 0)
+            err = keep_entry(&ents[ti], seq, sqlite3_column_int64(st, 2), row_hash, nr);
         if (err != TALLY_OK)
             err = verify_fail(v, err, "out of memory");
         else if (seq != pseq + 1 || nh != 64 || memcmp(want, hash, 64) != 0)
@@ -282,13 +358,18 @@ static const char keys_sql[] =
 
 tally_err verify_chain(vctx *v)
 {
-    tally_err err = check_links(v);
+    chain_ents ents[N_TABLES];
+    for (size_t i = 0; i < N_TABLES; i++)
+        ents[i] = (chain_ents){.sorted = true};
+    tally_err err = check_links(v, ents);
     tally_buf sql;
     tally_buf_init(&sql, 0);
     char *buf = NULL;
     size_t buf_cap = 0;
-    for (size_t i = 0; err == TALLY_OK && i < sizeof tables / sizeof *tables; i++)
-        err = check_table(v, &tables[i], &sql, &buf, &buf_cap);
+    for (size_t i = 0; err == TALLY_OK && i < N_TABLES; i++)
+        err = check_table(v, &tables[i], &ents[i], &sql, &buf, &buf_cap);
+    for (size_t i = 0; i < N_TABLES; i++)
+        free(ents[i].e);
     free(buf);
     tally_buf_release(&sql);
     if (err == TALLY_OK)

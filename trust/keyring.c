@@ -17,6 +17,7 @@
 struct tally_keyring {
     size_t n;
     EVP_PKEY *key[KEYRING_MAX];
+    EVP_MD_CTX *verify[KEYRING_MAX]; /* each key's context for the next check, or NULL */
     char id[KEYRING_MAX][TALLY_KEY_ID_LEN + 1];
 };
 
@@ -114,8 +115,10 @@ void tally_keyring_destroy(tally_keyring *kr)
 {
     if (!kr)
         return;
-    for (size_t i = 0; i < kr->n; i++)
+    for (size_t i = 0; i < kr->n; i++) {
+        EVP_MD_CTX_free(kr->verify[i]);
         EVP_PKEY_free(kr->key[i]);
+    }
     free(kr);
 }
 
@@ -136,14 +139,14 @@ tally_err tally_keyring_pem(const tally_keyring *kr, size_t i, tally_buf *out)
     return trust_public_pem(kr->key[i], out);
 }
 
-tally_err tally_keyring_verify(const tally_keyring *kr, const char *key_id, const char hash_hex[65],
+tally_err tally_keyring_verify(tally_keyring *kr, const char *key_id, const char hash_hex[65],
                                const char sig_hex[129])
 {
     tally_err err = TALLY_NOT_FOUND;
     for (size_t i = 0; kr && i < kr->n; i++) {
         if (key_id && *key_id && strcmp(kr->id[i], key_id) != 0)
             continue;
-        err = trust_verify_pkey(kr->key[i], hash_hex, sig_hex);
+        err = trust_verify_cached(kr->key[i], &kr->verify[i], hash_hex, sig_hex);
         if (err != TALLY_TAMPERED)
             return err;
     }

@@ -441,12 +441,25 @@ out_key:
     return err;
 }
 
-tally_err trust_verify_pkey(EVP_PKEY *pkey, const char hash_hex[65], const char sig_hex[129])
+tally_err trust_verify_cached(EVP_PKEY *pkey, EVP_MD_CTX **cached, const char hash_hex[65],
+                              const char sig_hex[129])
 {
     unsigned char hash[HASH_LEN], sig[SIG_LEN];
     /* A malformed hash or signature cannot have been produced by Tally. */
     if (from_hex(hash_hex, hash, HASH_LEN) != 0 || from_hex(sig_hex, sig, SIG_LEN) != 0)
         return TALLY_TAMPERED;
+    /* Setting a context up costs about a fifth of an Ed25519 verification
+     * (OpenSSL 3 fetches the algorithm for it), and OpenSSL 3.0 lets a
+     * context verify one message after another. Only its yes is taken: a
+     * no (a bad signature, or a version that refuses a used context) is
+     * asked again of a fresh context, whose answer stands. */
+    if (cached && *cached) {
+        if (EVP_DigestVerify(*cached, sig, sizeof sig, hash, sizeof hash) == 1)
+            return TALLY_OK;
+        EVP_MD_CTX_free(*cached);
+        *cached = NULL;
+        ERR_clear_error();
+    }
     tally_err err = TALLY_CRYPTO;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx)
@@ -455,9 +468,17 @@ tally_err trust_verify_pkey(EVP_PKEY *pkey, const char hash_hex[65], const char 
         int ok = EVP_DigestVerify(ctx, sig, sizeof sig, hash, sizeof hash);
         err = ok == 1 ? TALLY_OK : ok == 0 ? TALLY_TAMPERED : TALLY_CRYPTO;
     }
-    EVP_MD_CTX_free(ctx);
+    if (cached && err == TALLY_OK)
+        *cached = ctx;
+    else
+        EVP_MD_CTX_free(ctx);
     ERR_clear_error();
     return err;
+}
+
+tally_err trust_verify_pkey(EVP_PKEY *pkey, const char hash_hex[65], const char sig_hex[129])
+{
+    return trust_verify_cached(pkey, NULL, hash_hex, sig_hex);
 }
 
 tally_err tally_verify_hash(const char *key_path, const char hash_hex[65], const char sig_hex[129])

@@ -20,5 +20,10 @@ tally_err trust_public_pem(EVP_PKEY *pkey, tally_buf *out);
 /* Checks an Ed25519 signature (hex) of a SHA-256 (hex) with pkey. Errors:
  * TALLY_TAMPERED (bad or malformed signature), TALLY_CRYPTO. */
 tally_err trust_verify_pkey(EVP_PKEY *pkey, const char hash_hex[65], const char sig_hex[129]);
+/* The same with a context kept in *cached for pkey's next check (NULL: a
+ * fresh one every time; *cached NULL: none yet). The caller frees *cached
+ * with EVP_MD_CTX_free. */
+tally_err trust_verify_cached(EVP_PKEY *pkey, EVP_MD_CTX **cached, const char hash_hex[65],
+                              const char sig_hex[129]);
 
 #endif

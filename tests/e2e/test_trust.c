@@ -445,6 +445,33 @@ static void test_chain_catches_hidden_edits_2(void **state)
            "", "(grants row 1): its hash does not follow from the entry before");
 }
 
+/* verify checks each covered table's rows in rowid order against its chain
+ * entries sorted by row, a row's latest entry last: a row updated through
+ * Tally holds to its latest entry, not an earlier one; a row moved to
+ * another rowid is a deleted row (named before the unchained one it left);
+ * an unchained row before the first chained one is named (on base.db from
+ * test_chain_catches_hidden_edits, renamed twice here). */
+static void test_chain_rows_against_latest_entries(void **state)
+{
+    (void)state;
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    assert_int_equal(tally(&out, "base.db", "tally.key", "account set acme --name 'Acme A'"), 0);
+    assert_int_equal(tally(&out, "base.db", "tally.key", "account set acme --name 'Acme B'"), 0);
+    assert_int_equal(tally(&out, "base.db", "tally.key", "verify"), 0);
+    /* back to the name of its middle entry, which is not its latest */
+    tamper("t_account_renamed_back", "chain_accounts_update",
+           "UPDATE accounts SET name = 'Acme A' WHERE id = 'acme';", "",
+           "FAILED: account acme: changed since chain entry ");
+    tamper("u_outbox_row_moved", "outbox_no_update", "UPDATE outbox SET id = 0 WHERE id = 1;", "",
+           "FAILED: outbox row 1: deleted (chain entry ");
+    tamper("v_outbox_row_before_the_first", "chain_outbox",
+           "INSERT INTO outbox(id, event_id, type, subject, payload, created_at) VALUES (0, "
+           "'planted', 'invoice.finalized', 'acme', CAST('{}' AS BLOB), 0);",
+           "", "FAILED: outbox event planted: not in the ledger chain (written around Tally)");
+    tally_buf_release(&out);
+}
+
 /* `tally head` and `tally verify --head FILE`: a saved head catches what
  * leaves a consistent but shorter chain: a rollback of the file to an
  * older copy, and the last writes deleted with their chain entries. */
@@ -615,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_tampering_is_caught),
         cmocka_unit_test(test_chain_catches_hidden_edits),
         cmocka_unit_test(test_chain_catches_hidden_edits_2),
+        cmocka_unit_test(test_chain_rows_against_latest_entries),
         cmocka_unit_test(test_signed_head),
         cmocka_unit_test(test_page_commands_verify_real_invoice),
         cmocka_unit_test(test_page_renders_in_chromium),

@@ -281,6 +281,21 @@ static void test_keyring_rotation(void **state)
     assert_int_equal(tally_keyring_verify(kr, "", hash, sig1), TALLY_OK); /* no id: any key */
     assert_int_equal(tally_keyring_verify(kr, id2, hash, sig1), TALLY_TAMPERED);
     assert_int_equal(tally_keyring_verify(kr, "0123456789abcdef", hash, sig1), TALLY_NOT_FOUND);
+    /* each key keeps its context from one check to the next: a bad
+     * signature after a good one, and a good one after a bad one, are
+     * still told apart, with an id and without */
+    char bad[129];
+    memcpy(bad, sig1, sizeof bad);
+    bad[10] = bad[10] == '0' ? '1' : '0';
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(tally_keyring_verify(kr, id1, hash, sig1), TALLY_OK);
+        assert_int_equal(tally_keyring_verify(kr, id1, hash, bad), TALLY_TAMPERED);
+        assert_int_equal(tally_keyring_verify(kr, id1, hash, sig1), TALLY_OK);
+        assert_int_equal(tally_keyring_verify(kr, "", hash, bad), TALLY_TAMPERED);
+        assert_int_equal(tally_keyring_verify(kr, id1, bad + 64, sig1),
+                         TALLY_TAMPERED); /* other hash */
+        assert_int_equal(tally_keyring_verify(kr, "", hash, sig2), TALLY_OK);
+    }
     tally_buf pems;
     tally_buf_init(&pems, 0);
     for (size_t i = 0; i < tally_keyring_count(kr); i++)

@@ -43,9 +43,11 @@ const char *tally_keyring_id(const tally_keyring *kr, size_t i);
 /* Appends key i's public key as PEM. */
 TALLY_MUST_CHECK tally_err tally_keyring_pem(const tally_keyring *kr, size_t i, tally_buf *out);
 /* Checks a signature with the key named key_id; an empty key_id (documents
- * from before key ids) tries every key. Errors: TALLY_NOT_FOUND (no key
- * with that id), TALLY_TAMPERED (bad signature), TALLY_CRYPTO. */
-TALLY_MUST_CHECK tally_err tally_keyring_verify(const tally_keyring *kr, const char *key_id,
+ * from before key ids) tries every key. It keeps each key's verification
+ * context for the next check, so one keyring is used by one thread at a
+ * time. Errors: TALLY_NOT_FOUND (no key with that id), TALLY_TAMPERED (bad
+ * signature), TALLY_CRYPTO. */
+TALLY_MUST_CHECK tally_err tally_keyring_verify(tally_keyring *kr, const char *key_id,
                                                 const char hash_hex[65], const char sig_hex[129]);
 
 /* SHA-256 of data as 64 lower-case hex digits plus NUL. */
