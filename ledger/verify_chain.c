@@ -146,14 +146,11 @@ static bool unhex32(const char *s, size_t n, unsigned char out[32])
 static tally_err keep_entry(chain_ents *t, int64_t seq, int64_t key, const char *row_hash,
                             size_t nr)
 {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 1024;
-        chain_ent *e = realloc(t->e, cap * sizeof *e);
-        if (!e)
-            return TALLY_NOMEM;
-        t->e = e;
-        t->cap = cap;
-    }
+    void *arr = t->e;
+    tally_err err = ledger_grow(&arr, t->n, &t->cap, sizeof *t->e, 1024);
+    t->e = arr;
+    if (err)
+        return err;
     chain_ent *e = &t->e[t->n];
     t->sorted = t->sorted && (t->n == 0 || e[-1].row_key <= key); /* seq grows as read */
     e->row_key = key;
