@@ -2,9 +2,10 @@
  *
  * The JSON file holds the document's exact bytes (for a finalized invoice,
  * the bytes that were hashed and signed, so the file verifies on its own).
- * Each file is written to a temporary name and renamed into place, so a
+ * Each file gets its name only once it is written whole (write_file), so a
  * reader never sees half a file. Account ids are percent-encoded where a
  * byte is not safe in a file name ('/', a leading '.', control bytes, ...). */
+#define _GNU_SOURCE /* O_TMPFILE */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,6 +14,49 @@
 
 #include "ledger_int.h"
 
+static bool write_all(int fd, const tally_buf *data)
+{
+    for (size_t off = 0; off < data->len;) { /* no stdio: one write, its own buffer */
+        ssize_t w = write(fd, data->data + off, data->len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO;
+            return false;
+        }
+        off += (size_t)w;
+    }
+    return true;
+}
+
+/* A file with no name yet in path's directory (O_TMPFILE), or -1 with errno
+ * when the file system or kernel has none. */
+static int unnamed_file(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[1100];
+    int n = slash ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path)
+                  : snprintf(dir, sizeof dir, ".");
+    if (n <= 0 || (size_t)n >= sizeof dir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return open(n ? dir : "/", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666); /* as fopen's "w" */
+}
+
+/* Gives the unnamed file fd the name to (which must not exist). */
+static int name_file(int fd, const char *to)
+{
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    return linkat(AT_FDCWD, self, AT_FDCWD, to, AT_SYMLINK_FOLLOW);
+}
+
+/* The file gets its name only once it is written whole: an unnamed file
+ * linked to path (one directory entry made), or, when path exists already
+ * (an earlier run's file) or the system has no unnamed files, a file named
+ * path.tmp renamed over it. */
 static tally_err write_file(const char *path, const tally_buf *data, char *why, size_t cap)
 {
     char tmp[1100];
@@ -21,28 +65,35 @@ static tally_err write_file(const char *path, const tally_buf *data, char *why, 
         snprintf(why, cap, "path too long: %s", path);
         return TALLY_IO;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666); /* as fopen's "w" */
+    int fd = unnamed_file(path);
+    bool unnamed = fd >= 0;
+    if (!unnamed)
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
         goto out_errno;
-    bool ok = true;
-    for (size_t off = 0; ok && off < data->len;) { /* no stdio: one write, its own buffer */
-        ssize_t w = write(fd, data->data + off, data->len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w == 0)
-            errno = EIO;
-        ok = w > 0;
-        off += ok ? (size_t)w : 0;
+    bool ok = write_all(fd, data);
+    bool placed = false;
+    if (ok && unnamed) {
+        placed = name_file(fd, path) == 0;
+        if (!placed && errno != EEXIST && errno != ENOENT) /* ENOENT: no /proc */
+            ok = false;
+        if (!placed && ok) { /* replace the file there: give a temporary name first */
+            (void)unlink(tmp);
+            ok = name_file(fd, tmp) == 0;
+        }
     }
     int saved = errno;
     if (close(fd) != 0 || !ok) {
         if (!ok)
             errno = saved;
-        (void)unlink(tmp);
+        if (!unnamed || !placed)
+            (void)unlink(tmp);
         goto out_errno;
     }
-    if (rename(tmp, path) != 0) {
+    if (!placed && rename(tmp, path) != 0) {
+        saved = errno;
         (void)unlink(tmp);
+        errno = saved;
         goto out_errno;
     }
     return TALLY_OK;

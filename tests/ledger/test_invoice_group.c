@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -106,7 +107,8 @@ static tally_err run(tally_ledger *l, seen *v, char *why, size_t cap)
     return tally_invoice_run(l, &o, why, cap);
 }
 
-/* Files named <account>-2026-03.json in the output directory. */
+/* Files (not directories) named <account>-2026-03.json in the output
+ * directory. */
 static int64_t json_files(void)
 {
     DIR *d = opendir(D.out);
@@ -116,7 +118,7 @@ static int64_t json_files(void)
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
-        n += len > 5 && strcmp(de->d_name + len - 5, ".json") == 0;
+        n += len > 5 && strcmp(de->d_name + len - 5, ".json") == 0 && de->d_type == DT_REG;
     }
     closedir(d);
     return n;
@@ -126,7 +128,8 @@ static bool file_of(int account)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/acct-%04d-2026-03.json", D.out, account);
-    return access(path, F_OK) == 0;
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* The ledger holds invoices for exactly acct-0000 .. acct-<n-1>, numbered
@@ -304,10 +307,9 @@ static void test_transaction_ends_mid_group(void **state)
  * goes): the first group is committed, so all 256 of its invoices are
  * reported, and every other file of the group is written; the run stops
  * after the group with the file named, and a re-run writes it. */
-/* A run in which a directory stands where file (in D.out) is written
- * first: it fails naming account's file, with reported invoices reported
- * in order and finalized; then the blocker goes and a re-run writes the
- * rest. check runs in between. */
+/* A run in which a directory stands where file (in D.out) is to be: it fails naming account's file,
+ * with reported invoices reported in order and finalized; then the blocker goes and a re-run writes
+ * the rest. check runs in between. */
 static void run_blocked(const char *file, const char *account, int64_t reported,
                         void (*check)(void))
 {
@@ -349,9 +351,9 @@ static void first_group_files(void)
 static void test_file_fails_after_commit(void **state)
 {
     (void)state;
-    run_blocked("acct-0100-2026-03.json.tmp", "acct-0100", GROUP, first_group_files);
+    run_blocked("acct-0100-2026-03.json", "acct-0100", GROUP, first_group_files);
     setenv("TALLY_INVOICE_FILES_IN_PLACE", "1", 1);
-    run_blocked("acct-0100-2026-03.json.tmp", "acct-0100", GROUP, first_group_files);
+    run_blocked("acct-0100-2026-03.json", "acct-0100", GROUP, first_group_files);
     unsetenv("TALLY_INVOICE_FILES_IN_PLACE");
 }
 
@@ -365,7 +367,7 @@ static void every_json_file(void)
 static void test_last_file_fails(void **state)
 {
     (void)state;
-    run_blocked("acct-0590-2026-03.html.tmp", "acct-0590", ACCOUNTS, every_json_file);
+    run_blocked("acct-0590-2026-03.html", "acct-0590", ACCOUNTS, every_json_file);
 }
 
 /* The second group's commit fails its WAL sync: the error names the group's
