@@ -139,6 +139,17 @@ static bool give_up(scan *s)
     return false;
 }
 
+/* After a member or element: 1 at a ',' (another follows), 0 at the close
+ * (consumed), and otherwise give_up's false as -1. */
+static int after_item(scan *s, char close)
+{
+    ws(s);
+    if (s->p < s->end && (*s->p == ',' || *s->p == close))
+        return *s->p++ == ',';
+    give_up(s);
+    return -1;
+}
+
 /* A string at s->p ('"'), without escapes. */
 static bool str(scan *s, vdoc_text *out)
 {
@@ -234,16 +245,10 @@ static bool object(scan *s, int depth, const char *const *keys, sval *vals, bool
         ws(s);
         if (!value(s, depth + 1, dst))
             return false;
-        ws(s);
-        if (s->p < s->end && *s->p == ',') {
-            s->p++;
+        int next = after_item(s, '}');
+        if (next > 0)
             continue;
-        }
-        if (s->p < s->end && *s->p == '}') {
-            s->p++;
-            return true;
-        }
-        return give_up(s);
+        return next == 0;
     }
 }
 
@@ -272,16 +277,10 @@ static bool value(scan *s, int depth, sval *v)
             ws(s);
             if (!value(s, depth + 1, &e))
                 return false;
-            ws(s);
-            if (s->p < s->end && *s->p == ',') {
-                s->p++;
+            int next = after_item(s, ']');
+            if (next > 0)
                 continue;
-            }
-            if (s->p < s->end && *s->p == ']') {
-                s->p++;
-                return true;
-            }
-            return give_up(s);
+            return next == 0;
         }
     case 't':
         return word(s, "true");
@@ -332,16 +331,10 @@ static bool amounts(scan *s, int depth, vdoc_sum *sum)
                 return false;
             sum->ok = false;
         }
-        ws(s);
-        if (s->p < s->end && *s->p == ',') {
-            s->p++;
+        int next = after_item(s, ']');
+        if (next > 0)
             continue;
-        }
-        if (s->p < s->end && *s->p == ']') {
-            s->p++;
-            return true;
-        }
-        return give_up(s);
+        return next == 0;
     }
 }
 
@@ -438,16 +431,10 @@ int vdoc_read_fast(const char *doc, size_t len, int digits, vdoc_fields *f)
             ws(&s);
             if (!(ok = top_member(&s, f, seen, vals)))
                 break;
-            ws(&s);
-            if (s.p < s.end && *s.p == ',') {
-                s.p++;
+            int next = after_item(&s, '}');
+            if (next > 0)
                 continue;
-            }
-            if (s.p < s.end && *s.p == '}') {
-                s.p++;
-                break;
-            }
-            ok = give_up(&s);
+            ok = next == 0;
             break;
         }
     ws(&s);
