@@ -194,7 +194,7 @@ static bool number(scan *s, sval *v)
         s->p++;
         if (!digits1(s, &n))
             return give_up(s);
-        v->kind = V_OTHER; /* a double to json-c */
+        v->kind = V_OTHER; /* a fraction: no integer member verify reads */
     }
     if (s->p < s->end && (*s->p == 'e' || *s->p == 'E'))
         return give_up(s);
