@@ -13,22 +13,7 @@
 #include <unistd.h>
 
 #include "ledger_int.h"
-
-static bool write_all(int fd, const tally_buf *data)
-{
-    for (size_t off = 0; off < data->len;) { /* no stdio: one write, its own buffer */
-        ssize_t w = write(fd, data->data + off, data->len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = EIO;
-            return false;
-        }
-        off += (size_t)w;
-    }
-    return true;
-}
+#include "tally/fdio.h"
 
 /* A file with no name yet in path's directory (O_TMPFILE), or -1 with errno
  * when the file system or kernel has none. */
@@ -71,7 +56,7 @@ static tally_err write_file(const char *path, const tally_buf *data, char *why, 
         fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
         goto out_errno;
-    bool ok = write_all(fd, data);
+    bool ok = tally_write_all(fd, data->data, data->len) == TALLY_OK;
     bool placed = false;
     if (ok && unnamed) {
         placed = name_file(fd, path) == 0;

@@ -18,6 +18,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "tally/fdio.h"
 #include "trust_int.h"
 
 #define KEY_FILE_MAX TRUST_KEY_FILE_MAX
@@ -169,20 +170,6 @@ static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out)
 static tally_err keep_public(const char *path, EVP_PKEY *pkey);
 static tally_err keep_old_public(const char *path);
 
-static tally_err write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return TALLY_IO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return TALLY_OK;
-}
-
 /* Writes the key file's bytes to fd (already open, created by us), makes it
  * 0600 whatever the umask, and flushes it to disk. Closes fd. */
 static tally_err fill_key_file(int fd, const char *pem, size_t len)
@@ -190,7 +177,7 @@ static tally_err fill_key_file(int fd, const char *pem, size_t len)
     tally_err err = TALLY_IO;
     if (fchmod(fd, S_IRUSR | S_IWUSR) != 0)
         goto out_fd;
-    err = write_all(fd, pem, len);
+    err = tally_write_all(fd, pem, len);
     if (err == TALLY_OK && fsync(fd) != 0)
         err = TALLY_IO;
 out_fd:
@@ -362,7 +349,7 @@ static tally_err keep_public(const char *path, EVP_PKEY *pkey)
         err = TALLY_IO;
         goto out;
     }
-    err = write_all(fd, pem.data, pem.len);
+    err = tally_write_all(fd, pem.data, pem.len);
     if (err == TALLY_OK && fsync(fd) != 0)
         err = TALLY_IO;
     if (close(fd) != 0 && err == TALLY_OK)
