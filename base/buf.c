@@ -102,16 +102,6 @@ static bool plain_conv(const char *p, plain_kind *kind, size_t *len)
     return false;
 }
 
-static bool plain_format(const char *fmt)
-{
-    plain_kind k;
-    size_t n;
-    for (const char *p = strchr(fmt, '%'); p; p = strchr(p + 1 + n, '%'))
-        if (!plain_conv(p + 1, &k, &n))
-            return false;
-    return true;
-}
-
 /* Appends the decimal digits of v, after a '-' when neg. */
 static tally_err append_digits(tally_buf *b, unsigned long long v, bool neg)
 {
@@ -158,13 +148,16 @@ static tally_err plain_arg(tally_buf *b, plain_kind k, va_list *ap)
 }
 
 /* printf for the plain conversions, without stdio: the text's pieces are
- * appended in turn. On error the buffer is left as it was. */
-static tally_err plain_vprintf(tally_buf *b, const char *fmt, va_list ap)
+ * appended in turn. At the first conversion that is not plain, *plain is
+ * false and the buffer is as it was (ap unused: vsnprintf takes over).
+ * On error the buffer is left as it was. */
+static tally_err plain_vprintf(tally_buf *b, const char *fmt, va_list ap, bool *plain)
 {
     size_t len0 = b->len;
     va_list aq;
     va_copy(aq, ap);
     tally_err e = TALLY_OK;
+    *plain = true;
     for (const char *p = fmt; !e && *p;) {
         const char *pct = strchr(p, '%');
         size_t lit = pct ? (size_t)(pct - p) : strlen(p);
@@ -172,13 +165,20 @@ static tally_err plain_vprintf(tally_buf *b, const char *fmt, va_list ap)
             e = tally_buf_append(b, p, lit);
         if (e || !pct)
             break;
-        plain_kind k = PC_PCT;
-        size_t n = 0;
-        (void)plain_conv(pct + 1, &k, &n); /* plain_format said it is one */
+        plain_kind k;
+        size_t n;
+        if (!plain_conv(pct + 1, &k, &n)) {
+            *plain = false;
+            break;
+        }
         e = plain_arg(b, k, &aq);
         p = pct + 1 + n;
     }
     va_end(aq);
+    if (!*plain && b->data) { /* what it appended goes */
+        b->len = len0;
+        b->data[len0] = '\0';
+    }
     return undo_on_error(b, len0, e);
 }
 
@@ -187,14 +187,16 @@ static tally_err plain_vprintf(tally_buf *b, const char *fmt, va_list ap)
  * once). On error the buffer is left as it was. */
 tally_err tally_buf_vprintf(tally_buf *b, const char *fmt, va_list ap)
 {
-    if (plain_format(fmt))
-        return plain_vprintf(b, fmt, ap);
+    bool plain;
+    tally_err e = plain_vprintf(b, fmt, ap, &plain);
+    if (plain || e)
+        return e;
     size_t room = b->data ? b->alloc - b->len : 0; /* includes the NUL's byte */
     va_list ap2;
     va_copy(ap2, ap);
     int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap2);
     va_end(ap2);
-    tally_err e = n < 0 ? TALLY_INVAL : TALLY_OK;
+    e = n < 0 ? TALLY_INVAL : TALLY_OK;
     if (!e && (size_t)n < room)
         e = reserve(b, (size_t)n); /* fits; this only checks the cap */
     else if (!e) {

@@ -139,6 +139,9 @@ static void test_printf_like_snprintf(void **state)
     assert_buf(&b, "0007|0A|ab|    z|4  |%");
     assert_int_equal(tally_buf_printf(&b, "%s", ""), TALLY_OK);
     assert_buf(&b, "0007|0A|ab|    z|4  |%");
+    /* plain pieces before a conversion that is not: formatted once, whole */
+    assert_int_equal(tally_buf_printf(&b, "x%sy%d%%z%04d", "s", 1, 2), TALLY_OK);
+    assert_buf(&b, "0007|0A|ab|    z|4  |%xsy1%z0002");
     tally_buf_release(&b);
     /* a plain format past the cap leaves the buffer as it was */
     tally_buf_init(&b, 6);
