@@ -4,8 +4,8 @@
  * local midnight on the 1st of the next, in the account's time zone. The
  * zone's rules are asked only one question: the UTC offset in force at a
  * UTC instant (zone.c reads it from the zone's TZif file, as the C library
- * would, without the library's one process-wide TZ). The rest is integer arithmetic on civil dates,
- * so no floating point and no mktime() guessing around DST changes:
+ * would, without the library's one process-wide TZ). The rest is integer
+ * arithmetic on civil dates, so no mktime() guessing around DST changes:
  *
  *   - a local time L (civil seconds as if UTC) happens at t = L - off(t);
  *     the offsets in force a day and a half either side of L are the only
@@ -79,49 +79,32 @@ bool tally_tz_valid(const char *tz)
     if (tz && is_utc(tz))
         return true;
     const tally_zone *z;
-    tally_zone *owned;
-    if (!tz_name_ok(tz) || zone_get(tz, &z, &owned) != TALLY_OK)
-        return false;
-    zone_free(owned);
-    return true;
+    return tz_name_ok(tz) && zone_get(tz, &z) == TALLY_OK;
 }
 
-/* The zone of a call: none for UTC, else a loaded zone (and the copy to
- * free when the table of loaded zones was full). */
-typedef struct tz_saved {
-    const tally_zone *zone;
-    tally_zone *owned;
-} tz_saved;
-
-static tally_err tz_enter(const char *tz, tz_saved *s)
+/* The zone named tz: NULL for UTC, else a loaded zone. */
+static tally_err zone_of(const char *tz, const tally_zone **z)
 {
-    s->zone = NULL;
-    s->owned = NULL;
+    *z = NULL;
     if (tz && is_utc(tz))
         return TALLY_OK;
-    return tz_name_ok(tz) ? zone_get(tz, &s->zone, &s->owned) : TALLY_INVAL;
+    return tz_name_ok(tz) ? zone_get(tz, z) : TALLY_INVAL;
 }
 
-static void tz_leave(tz_saved *s)
+/* The UTC offset (seconds east) in force at t in zone z. */
+static int64_t offset_at(const tally_zone *z, int64_t t)
 {
-    zone_free(s->owned);
-    s->owned = NULL;
-}
-
-/* The UTC offset (seconds east) in force at t in the call's zone. */
-static int64_t offset_at(const tz_saved *s, int64_t t)
-{
-    return s->zone ? zone_offset(s->zone, t) : 0;
+    return z ? zone_offset(z, t) : 0;
 }
 
 /* The first UTC instant at or after local civil time `local`. */
-static int64_t local_to_utc(const tz_saved *s, int64_t local)
+static int64_t local_to_utc(const tally_zone *z, int64_t local)
 {
-    int64_t cand[2] = {offset_at(s, local - SPAN_S), offset_at(s, local + SPAN_S)};
+    int64_t cand[2] = {offset_at(z, local - SPAN_S), offset_at(z, local + SPAN_S)};
     int64_t best = INT64_MAX;
     for (int i = 0; i < 2; i++) {
         int64_t t = local - cand[i];
-        if (offset_at(s, t) == cand[i] && t < best)
+        if (offset_at(z, t) == cand[i] && t < best)
             best = t;
     }
     if (best != INT64_MAX)
@@ -132,7 +115,7 @@ static int64_t local_to_utc(const tz_saved *s, int64_t local)
     int64_t hi = local - (cand[0] < cand[1] ? cand[0] : cand[1]);
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (offset_at(s, mid) == cand[1])
+        if (offset_at(z, mid) == cand[1])
             hi = mid;
         else
             lo = mid + 1;
@@ -140,9 +123,9 @@ static int64_t local_to_utc(const tz_saved *s, int64_t local)
     return hi;
 }
 
-static int64_t local_midnight(const tz_saved *s, int y, int m, int d)
+static int64_t local_midnight(const tally_zone *z, int y, int m, int d)
 {
-    return local_to_utc(s, civil_days_from(y, m, d) * 86400);
+    return local_to_utc(z, civil_days_from(y, m, d) * 86400);
 }
 
 tally_err tally_period_bounds(const char *period, const char *tz_name, int64_t *start_s,
@@ -151,20 +134,19 @@ tally_err tally_period_bounds(const char *period, const char *tz_name, int64_t *
     int y, m;
     if (tally_period_parse(period, &y, &m) != TALLY_OK)
         return TALLY_INVAL;
-    tz_saved s;
-    tally_err e = tz_enter(tz_name ? tz_name : "UTC", &s);
+    const tally_zone *z;
+    tally_err e = zone_of(tz_name ? tz_name : "UTC", &z);
     if (e)
         return e;
-    *start_s = local_midnight(&s, y, m, 1);
-    *end_s = local_midnight(&s, m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1);
-    tz_leave(&s);
+    *start_s = local_midnight(z, y, m, 1);
+    *end_s = local_midnight(z, m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1);
     return TALLY_OK;
 }
 
 /* The local civil date holding t. */
-static void local_date(const tz_saved *s, int64_t t, int *y, int *m, int *d)
+static void local_date(const tally_zone *z, int64_t t, int *y, int *m, int *d)
 {
-    int64_t local = t + offset_at(s, t);
+    int64_t local = t + offset_at(z, t);
     int64_t year;
     civil_from_days(civil_floor_div(local, 86400), &year, m, d);
     *y = (int)year;
@@ -173,16 +155,15 @@ static void local_date(const tz_saved *s, int64_t t, int *y, int *m, int *d)
 tally_err tally_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_t *end_s,
                            char *label, size_t cap)
 {
-    tz_saved s;
-    tally_err e = tz_enter(tz, &s);
+    const tally_zone *z;
+    tally_err e = zone_of(tz, &z);
     if (e)
         return e;
     int y, m, d;
-    local_date(&s, t_s, &y, &m, &d);
+    local_date(z, t_s, &y, &m, &d);
     int64_t day = civil_days_from(y, m, d);
-    *start_s = local_to_utc(&s, day * 86400);
-    *end_s = local_to_utc(&s, (day + 1) * 86400);
-    tz_leave(&s);
+    *start_s = local_to_utc(z, day * 86400);
+    *end_s = local_to_utc(z, (day + 1) * 86400);
     if (label)
         snprintf(label, cap, "%04d-%02d-%02d", y, m, d);
     return TALLY_OK;
@@ -190,13 +171,12 @@ tally_err tally_day_bounds(const char *tz, int64_t t_s, int64_t *start_s, int64_
 
 tally_err tally_period_of(const char *tz, int64_t t_s, char *period, size_t cap)
 {
-    tz_saved s;
-    tally_err e = tz_enter(tz, &s);
+    const tally_zone *z;
+    tally_err e = zone_of(tz, &z);
     if (e)
         return e;
     int y, m, d;
-    local_date(&s, t_s, &y, &m, &d);
-    tz_leave(&s);
+    local_date(z, t_s, &y, &m, &d);
     snprintf(period, cap, "%04d-%02d", y, m);
     return TALLY_OK;
 }

@@ -435,9 +435,8 @@ static tally_err load(const char *path, tally_zone **out)
     return e;
 }
 
-tally_err zone_get(const char *name, const tally_zone **z, tally_zone **owned)
+tally_err zone_get(const char *name, const tally_zone **z)
 {
-    *owned = NULL;
     const char *dir = getenv("TZDIR");
     char path[512];
     int n = snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", name);
@@ -450,6 +449,10 @@ tally_err zone_get(const char *name, const tally_zone **z, tally_zone **owned)
             *z = zones[i].zone;
             goto out;
         }
+    if (n_zones == ZONE_CACHE_MAX) {
+        e = TALLY_TOO_LARGE;
+        goto out;
+    }
     if (!zones && !(zones = calloc(ZONE_CACHE_MAX, sizeof *zones))) {
         e = TALLY_NOMEM;
         goto out;
@@ -459,12 +462,8 @@ tally_err zone_get(const char *name, const tally_zone **z, tally_zone **owned)
     e = load(path, &loaded);
     if (e)
         goto out;
-    if (n_zones == ZONE_CACHE_MAX) {
-        *owned = loaded; /* the table is full: this caller frees it */
-    } else {
-        memcpy(zones[n_zones].path, path, (size_t)n + 1);
-        zones[n_zones++].zone = loaded;
-    }
+    memcpy(zones[n_zones].path, path, (size_t)n + 1);
+    zones[n_zones++].zone = loaded;
     *z = loaded;
 out:
     pthread_mutex_unlock(&zones_mu);

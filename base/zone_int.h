@@ -17,14 +17,14 @@
 typedef struct tally_zone tally_zone;
 
 #define ZONE_FILE_MAX  (1 << 20) /* real zone files are a few kilobytes */
-#define ZONE_CACHE_MAX 2048      /* the tz database has about 600 names */
+#define ZONE_CACHE_MAX 4096      /* Debian's zone directory holds about 900 files */
 
 /* The zone at path (TZDIR or /usr/share/zoneinfo, then the name), loaded on
- * first use. When the table of loaded zones is full, *owned receives a zone
- * only this caller holds (zone_free it) and *z points to it.
+ * first use and kept for the process.
  * Errors: TALLY_INVAL (no such zone, or a file that is not a valid TZif
- * file), TALLY_NOMEM. */
-TALLY_MUST_CHECK tally_err zone_get(const char *name, const tally_zone **z, tally_zone **owned);
+ * file), TALLY_TOO_LARGE (ZONE_CACHE_MAX zones loaded already), TALLY_NOMEM. */
+TALLY_MUST_CHECK tally_err zone_get(const char *name, const tally_zone **z);
+/* Frees a zone of zone_parse (never one of zone_get). */
 void zone_free(tally_zone *z);
 
 /* The UTC offset (seconds east) in force at UTC instant t. */
