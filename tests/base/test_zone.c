@@ -195,6 +195,27 @@ static void test_bad_files_refused(void **state)
     assert_false(tally_tz_valid("Europe/Berlin")); /* not in that directory */
     unsetenv("TZDIR");
     assert_true(tally_tz_valid("Europe/Berlin"));
+    /* names a tenant might try: paths out of the zone directory, files and
+     * directories in it that are not zones, bytes zone names never hold */
+    static const char *const hostile[] = {
+        "../../etc/passwd",
+        "/etc/localtime",
+        ":Europe/Berlin",
+        "Europe/../Europe/Berlin",
+        "zone.tab",
+        "tzdata.zi",
+        "America",
+        "Europe/Berlin\n",
+        "Europe/Berlin ",
+        "Europe%2fBerlin",
+        "",
+        "Aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    for (size_t i = 0; i < sizeof hostile / sizeof *hostile; i++)
+        if (tally_tz_valid(hostile[i]))
+            fail_msg("\"%s\" accepted", hostile[i]);
+    assert_false(tally_tz_valid(NULL));
+    int64_t s0, e0;
+    assert_int_equal(tally_period_bounds("2026-03", "zone.tab", &s0, &e0), TALLY_INVAL);
 }
 
 /* Two threads ask for days in two zones at once. With the C library's one
