@@ -102,22 +102,44 @@ static bool plain_conv(const char *p, plain_kind *kind, size_t *len)
     return false;
 }
 
-/* Appends the decimal digits of v, after a '-' when neg. */
-static tally_err append_digits(tally_buf *b, unsigned long long v, bool neg)
+size_t tally_dec_u64(char *out, uint64_t v)
 {
-    char out[24], *p = out + sizeof out;
+    char tmp[20];
+    size_t n = 0;
     do
-        *--p = (char)('0' + v % 10);
+        tmp[n++] = (char)('0' + v % 10);
     while (v /= 10);
-    if (neg)
-        *--p = '-';
-    return tally_buf_append(b, p, (size_t)(out + sizeof out - p));
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+size_t tally_dec_i64(char *out, int64_t v)
+{
+    if (v >= 0)
+        return tally_dec_u64(out, (uint64_t)v);
+    out[0] = '-'; /* the magnitude of INT64_MIN fits uint64_t */
+    return 1 + tally_dec_u64(out + 1, 0 - (uint64_t)v);
+}
+
+size_t tally_hex64(char *out, uint64_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = digits[v & 15];
+    return 16;
+}
+
+static tally_err append_digits(tally_buf *b, unsigned long long v)
+{
+    char out[24];
+    return tally_buf_append(b, out, tally_dec_u64(out, v));
 }
 
 static tally_err append_signed(tally_buf *b, long long v)
 {
-    /* the magnitude of LLONG_MIN fits unsigned long long */
-    return append_digits(b, v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v, v < 0);
+    char out[24];
+    return tally_buf_append(b, out, tally_dec_i64(out, v));
 }
 
 static tally_err plain_arg(tally_buf *b, plain_kind k, va_list *ap)
@@ -134,13 +156,13 @@ static tally_err plain_arg(tally_buf *b, plain_kind k, va_list *ap)
     case PC_LLD:
         return append_signed(b, va_arg(*ap, long long));
     case PC_U:
-        return append_digits(b, va_arg(*ap, unsigned), false);
+        return append_digits(b, va_arg(*ap, unsigned));
     case PC_LU:
-        return append_digits(b, va_arg(*ap, unsigned long), false);
+        return append_digits(b, va_arg(*ap, unsigned long));
     case PC_LLU:
-        return append_digits(b, va_arg(*ap, unsigned long long), false);
+        return append_digits(b, va_arg(*ap, unsigned long long));
     case PC_ZU:
-        return append_digits(b, va_arg(*ap, size_t), false);
+        return append_digits(b, va_arg(*ap, size_t));
     case PC_PCT:
         break;
     }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tally/buf.h"
 #include "tally/event.h"
 #include "tally/pipeline.h"
 #include "tally/sign.h"
@@ -38,6 +39,7 @@ typedef struct ingest_state {
     int64_t now_s;
     int64_t line_no;
     char prefix[ORIGIN_NAME]; /* "file:<name>:", cut to fit */
+    size_t prefix_len;
 } ingest_state;
 
 /* "file:<name>:"; a name too long for it is cut and followed by "~" and
@@ -53,15 +55,23 @@ static void origin_prefix(ingest_state *s)
         snprintf(s->prefix, ORIGIN_NAME, "file:%.*s~%016llx:", ORIGIN_NAME - 32, s->name,
                  (unsigned long long)h[0]);
     }
+    s->prefix_len = strlen(s->prefix);
 }
 
-/* Each line's origin, "file:<name>:<line>:<16 hex digits of its hash>". */
+/* Each line's origin, "file:<name>:<line>:<16 hex digits of its hash>";
+ * once per line, so without printf (it was 5 % of ingest's CPU). The
+ * prefix is shorter than ORIGIN_NAME, so all of it fits ORIGIN_CAP. */
 static void origin_of(const ingest_state *s, const char *line, size_t len, char out[ORIGIN_CAP])
 {
     uint64_t h[2];
     tally_hash128(line, len, 0, h);
-    snprintf(out, ORIGIN_CAP, "%s%lld:%016llx", s->prefix, (long long)s->line_no,
-             (unsigned long long)h[0]);
+    char *p = out;
+    memcpy(p, s->prefix, s->prefix_len);
+    p += s->prefix_len;
+    p += tally_dec_i64(p, s->line_no);
+    *p++ = ':';
+    p += tally_hex64(p, h[0]);
+    *p = '\0';
 }
 
 static int commit(ingest_state *s)

@@ -39,25 +39,9 @@
 #include <string.h>
 
 #include "ledger_int.h"
+#include "tally/buf.h"
 #include "tally/money.h"
 #include "tally/sign.h"
-
-/* Writes v in decimal at p (at least 21 bytes); returns the length. */
-static size_t put_i64(char *p, int64_t v)
-{
-    char tmp[24];
-    size_t n = 0;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do
-        tmp[n++] = (char)('0' + u % 10);
-    while ((u /= 10) != 0);
-    size_t len = 0;
-    if (v < 0)
-        p[len++] = '-';
-    while (n)
-        p[len++] = tmp[--n];
-    return len;
-}
 
 /* The most bytes the canonical form of a value of n bytes takes: a type
  * letter, a length or an integer (at most 20 digits and a sign), ':' and
@@ -69,7 +53,7 @@ static size_t put_bytes(char *p, char type, const void *bytes, size_t n)
 {
     size_t len = 0;
     p[len++] = type;
-    len += put_i64(p + len, (int64_t)n);
+    len += tally_dec_i64(p + len, (int64_t)n);
     p[len++] = ':';
     if (n > 0)
         memcpy(p + len, bytes, n);
@@ -157,7 +141,7 @@ static tally_err canon_put(canon_out *o, const canon_src *s)
         } else if (t == SQLITE_INTEGER) {
             size_t len = 0;
             p[len++] = 'i';
-            len += put_i64(p + len, src_int(s, i));
+            len += tally_dec_i64(p + len, src_int(s, i));
             p[len++] = ';';
             o->len += len;
         } else {
@@ -338,11 +322,11 @@ tally_err ledger_chain_link(const char *prev, size_t np, int64_t seq, const char
         return TALLY_NOMEM;
     len += put_bytes(b + len, 't', prev, np);
     b[len++] = 'i';
-    len += put_i64(b + len, seq);
+    len += tally_dec_i64(b + len, seq);
     b[len++] = ';';
     len += put_bytes(b + len, 't', tbl, nt);
     b[len++] = 'i';
-    len += put_i64(b + len, key);
+    len += tally_dec_i64(b + len, key);
     b[len++] = ';';
     len += put_bytes(b + len, 't', row_hash, nr);
     tally_sha256_hex(b, len, hash);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "meter_int.h"
+#include "tally/buf.h"
 #include "tally/log.h"
 
 tally_err chunk_init(chunk *k, size_t cap)
@@ -77,19 +78,6 @@ void pipeline_drop_fill(tally_consumer *c)
     c->chunks[c->fill].gen = ++c->next_gen;
 }
 
-/* Writes v in decimal at p; returns the end. */
-static char *put_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-    do
-        tmp[n++] = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    while (n > 0)
-        *p++ = tmp[--n];
-    return p;
-}
-
 /* On the hot path (once per message), so no printf. */
 void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, char *out)
 {
@@ -99,13 +87,14 @@ void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, c
     memcpy(p, c->topic, c->topic_len);
     p += c->topic_len;
     *p++ = '/';
-    p = put_u64(p, (uint64_t)(partition < 0 ? 0 : partition));
+    p += tally_dec_u64(p, (uint64_t)(partition < 0 ? 0 : partition));
     *p++ = '@';
-    p = put_u64(p, (uint64_t)(offset < 0 ? 0 : offset));
+    p += tally_dec_u64(p, (uint64_t)(offset < 0 ? 0 : offset));
     const part *pt = partition >= 0 && partition < c->n_parts ? &c->parts[partition] : NULL;
     if (pt && pt->epoch > 0) {
         memcpy(p, "+r", 2);
-        p = put_u64(p + 2, (uint64_t)pt->epoch);
+        p += 2;
+        p += tally_dec_u64(p, (uint64_t)pt->epoch);
     }
     *p = '\0';
 }

@@ -317,6 +317,44 @@ static void test_fmt(void **state)
     assert_int_equal(tally_fmt(b, 0, "x"), TALLY_INVAL);
 }
 
+/* The printf-free digits give what snprintf gives, at the ends of each
+ * range and at every power of ten and of two. */
+static void test_digits(void **state)
+{
+    (void)state;
+    uint64_t u[200];
+    size_t n = 0;
+    u[n++] = 0;
+    u[n++] = UINT64_MAX;
+    for (uint64_t p = 1; p <= UINT64_MAX / 10; p *= 10) {
+        u[n++] = p - 1;
+        u[n++] = p;
+    }
+    for (int b = 0; b < 64; b++)
+        u[n++] = (uint64_t)1 << b;
+    for (size_t i = 0; i < n; i++) {
+        char got[32], want[32];
+        size_t len = tally_dec_u64(got, u[i]);
+        snprintf(want, sizeof want, "%llu", (unsigned long long)u[i]);
+        assert_int_equal(len, strlen(want));
+        assert_memory_equal(got, want, len);
+        len = tally_hex64(got, u[i]);
+        snprintf(want, sizeof want, "%016llx", (unsigned long long)u[i]);
+        assert_int_equal(len, 16);
+        assert_memory_equal(got, want, 16);
+        int64_t signs[2] = {(int64_t)u[i], -(int64_t)(u[i] & INT64_MAX)};
+        for (int k = 0; k < 2; k++) {
+            len = tally_dec_i64(got, signs[k]);
+            snprintf(want, sizeof want, "%lld", (long long)signs[k]);
+            assert_int_equal(len, strlen(want));
+            assert_memory_equal(got, want, len);
+        }
+    }
+    char got[32];
+    assert_int_equal(tally_dec_i64(got, INT64_MIN), 20);
+    assert_memory_equal(got, "-9223372036854775808", 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_csv_field),
         cmocka_unit_test(test_html),
         cmocka_unit_test(test_fmt),
+        cmocka_unit_test(test_digits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

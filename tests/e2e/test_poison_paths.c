@@ -154,6 +154,26 @@ static long expected(const char *status)
     return n;
 }
 
+/* Each quarantined line's origin is "file:<path>:<line>:" and 16 hex
+ * digits of its hash, and names its own line. */
+static void origins_name_lines(const paths *p)
+{
+    char sql[1200];
+    const char *hex16 = "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
+                        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]";
+    long rows = 0;
+    for (size_t i = 0; i < N_LINES; i++) {
+        if (strcmp(stream[i].status, "quarantined") && strcmp(stream[i].status, "conflict"))
+            continue;
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM quarantine WHERE origin GLOB 'file:%s:%zu:%s'", p->nd, i + 1,
+                 hex16);
+        assert_int_equal(e2e_count(p->db_file, sql), 1);
+        rows++;
+    }
+    assert_int_equal(e2e_count(p->db_file, "SELECT count(*) FROM quarantine"), rows);
+}
+
 /* Path 1: tally ingest of the file, twice (the second time stores nothing:
  * events are duplicates, and quarantine keeps each origin once although the
  * counts name every rejected line again). */
@@ -168,6 +188,7 @@ static void via_file(const paths *p)
              expected("accepted"), expected("duplicate"), expected("conflict"),
              expected("quarantined"));
     assert_string_equal(out.data, want);
+    origins_name_lines(p);
     tally_buf_reset(&out);
     assert_int_equal(tu_tally(&out, "--db '%s' ingest '%s'", p->db_file, p->nd), 0);
     snprintf(want, sizeof want, "accepted=0 duplicate=%ld conflict=%ld quarantined=%ld\n",

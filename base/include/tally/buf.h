@@ -41,6 +41,14 @@ TALLY_MUST_CHECK tally_err tally_buf_csv_field(tally_buf *b, const char *s);
 /* Appends s with the five HTML special characters escaped. */
 TALLY_MUST_CHECK tally_err tally_buf_html(tally_buf *b, const char *s);
 
+/* Digits for the hot paths that cannot afford printf. Each writes at out
+ * (no NUL) and returns the number of bytes written: tally_dec_u64 at most
+ * 20, tally_dec_i64 at most 20 and a '-', tally_hex64 exactly 16
+ * (lower-case, zero-padded, as "%016llx"). */
+size_t tally_dec_u64(char *out, uint64_t v);
+size_t tally_dec_i64(char *out, int64_t v);
+size_t tally_hex64(char *out, uint64_t v);
+
 /* snprintf into a fixed buffer that refuses to cut, as git's xsnprintf
  * refuses (but returns instead of dying): for names, keys, paths and SQL,
  * where a shortened value would mean something else. On success buf holds
