@@ -133,6 +133,7 @@ static struct {
     int allow_public;
     struct stat st;
     EVP_PKEY *pkey;
+    char id[TALLY_KEY_ID_LEN + 1]; /* its key id ("" if it could not be had) */
 } key_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static bool same_file(const struct stat *a, const struct stat *b)
@@ -141,9 +142,13 @@ static bool same_file(const struct stat *a, const struct stat *b)
            a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
-static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out)
+/* The key at path, and (when id is not NULL) its key id as the cache knows
+ * it: "" when the caller must work it out. */
+static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out, char *id)
 {
     struct stat st;
+    if (id)
+        id[0] = '\0';
     if (stat(path, &st) != 0)
         return errno == ENOENT ? TALLY_NOT_FOUND : TALLY_IO;
     pthread_mutex_lock(&key_cache.lock);
@@ -152,6 +157,8 @@ static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out)
         strcmp(key_cache.path, path) == 0 && same_file(&key_cache.st, &st) &&
         EVP_PKEY_up_ref(key_cache.pkey) == 1) {
         *out = key_cache.pkey;
+        if (id)
+            memcpy(id, key_cache.id, sizeof key_cache.id);
         pthread_mutex_unlock(&key_cache.lock);
         return TALLY_OK;
     }
@@ -162,6 +169,8 @@ static tally_err cached_key(const char *path, int allow_public, EVP_PKEY **out)
         key_cache.allow_public = allow_public;
         key_cache.st = st;
         snprintf(key_cache.path, sizeof key_cache.path, "%s", path);
+        if (trust_key_id(*out, key_cache.id) != TALLY_OK)
+            key_cache.id[0] = '\0';
     }
     pthread_mutex_unlock(&key_cache.lock);
     return err;
@@ -314,10 +323,11 @@ tally_err trust_key_id(EVP_PKEY *pkey, char id[TALLY_KEY_ID_LEN + 1])
 tally_err tally_key_id(const char *path, char id[TALLY_KEY_ID_LEN + 1])
 {
     EVP_PKEY *pkey = NULL;
-    tally_err err = cached_key(path, 1, &pkey);
+    tally_err err = cached_key(path, 1, &pkey, id); /* once per document finalized */
     if (err != TALLY_OK)
         return err;
-    err = trust_key_id(pkey, id);
+    if (id[0] == '\0')
+        err = trust_key_id(pkey, id);
     EVP_PKEY_free(pkey);
     return err;
 }
@@ -407,7 +417,7 @@ tally_err tally_sign_hash(const char *key_path, const char hash_hex[65], char si
     if (from_hex(hash_hex, hash, HASH_LEN) != 0)
         return TALLY_INVAL;
     EVP_PKEY *pkey = NULL;
-    tally_err err = cached_key(key_path, 0, &pkey);
+    tally_err err = cached_key(key_path, 0, &pkey, NULL);
     if (err != TALLY_OK)
         return err;
     err = TALLY_CRYPTO;
@@ -474,7 +484,7 @@ tally_err tally_verify_hash(const char *key_path, const char hash_hex[65], const
     if (from_hex(hash_hex, hash, HASH_LEN) != 0 || from_hex(sig_hex, sig, SIG_LEN) != 0)
         return TALLY_TAMPERED;
     EVP_PKEY *pkey = NULL;
-    tally_err err = cached_key(key_path, 1, &pkey);
+    tally_err err = cached_key(key_path, 1, &pkey, NULL);
     if (err != TALLY_OK)
         return err;
     err = trust_verify_pkey(pkey, hash_hex, sig_hex);
