@@ -518,6 +518,23 @@ static tally_err gather(bal_engine *b, const tally_account *acct, int64_t start,
     return e;
 }
 
+/* The late-usage adjustments of the period into b->extra (inv_adjustments):
+ * from the batch's cache while none of the usage they read has been
+ * written since (ledger_int.h). */
+static tally_err adjustments(bal_engine *b, const tally_account *acct, const char *period)
+{
+    bal_cache_entry *ce = b->ce;
+    if (ce && bal_cache_adj_get(ce, period, &b->extra, &b->n_extra, &b->cap_extra))
+        return TALLY_OK;
+    size_t from = b->n_extra;
+    int64_t to = INT64_MIN;
+    tally_err e = inv_adjustments(b->g, acct, period, &b->scratch, &b->extra, &b->n_extra,
+                                  &b->cap_extra, b->why, sizeof b->why, &to);
+    if (!e && ce)
+        bal_cache_adj_keep(b->cache, ce, period, to, b->extra + from, b->n_extra - from);
+    return e;
+}
+
 /* Rates one open period as a draft run would; *skip when there is nothing
  * to bill in it. */
 static tally_err rate_period(bal_engine *b, bal_calc *c, bal_period *p, const char *prev_open,
@@ -530,8 +547,7 @@ static tally_err rate_period(bal_engine *b, bal_calc *c, bal_period *p, const ch
     b->n_extra = 0;
     /* An account never invoiced has no finalized period to adjust. */
     if (!e && (!b->ce || b->ce->invoiced))
-        e = inv_adjustments(b->g, &c->acct, p->period, &b->scratch, &b->extra, &b->n_extra,
-                            &b->cap_extra, b->why, sizeof b->why);
+        e = adjustments(b, &c->acct, p->period);
     if (e)
         return e;
     keep_adjustments_from(b, prev_open);

@@ -16,8 +16,9 @@ struct bal_cache {
     bal_cache_iv *order; /* bal_cache_iv_rows' working copy */
     size_t cap_order;
     bal_cache_entry *v;
-    size_t n, cap; /* cap doubles from 64 up to BAL_CACHE_ACCOUNTS */
-    size_t rows;   /* interval rows held by all entries */
+    size_t n, cap;    /* cap doubles from 64 up to BAL_CACHE_ACCOUNTS */
+    size_t rows;      /* interval rows held by all entries */
+    size_t adj_lines; /* adjustment lines held by all entries */
     idx_table index;
 };
 
@@ -56,14 +57,24 @@ static void entry_release(bal_cache_entry *e)
     e->iv_ok = false;
 }
 
+static void adj_drop(bal_cache *c, bal_cache_entry *e)
+{
+    c->adj_lines -= e->n_adj;
+    e->n_adj = 0;
+    e->adj_ok = false;
+}
+
 void bal_cache_clear(bal_cache *c)
 {
     if (!c)
         return;
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->n; i++) {
         entry_release(&c->v[i]);
+        free(c->v[i].adj);
+    }
     c->n = 0;
     c->rows = 0;
+    c->adj_lines = 0;
     if (c->index.slots)
         idx_table_clear(&c->index);
 }
@@ -194,6 +205,9 @@ static void iv_remove(bal_cache *c, bal_cache_entry *e, size_t i)
 void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally_interval *iv)
 {
     bal_cache_entry *e = bal_cache_find(c, account);
+    /* A row only grows, so one that starts before the bound always did. */
+    if (e && e->adj_ok && iv->start_s < e->adj_reads_to)
+        adj_drop(c, e);
     if (!e || !e->iv_ok)
         return;
     bool found;
@@ -214,10 +228,60 @@ void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally
 void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id)
 {
     bal_cache_entry *e = bal_cache_find(c, account);
+    if (e && e->adj_ok) /* the row's times are not known here */
+        adj_drop(c, e);
     bool found = false;
     size_t i = e && e->iv_ok ? iv_index(e, id, &found) : 0;
     if (found)
         iv_remove(c, e, i);
+}
+
+void bal_cache_point_put(bal_cache *c, const char *account, int64_t t_s)
+{
+    bal_cache_entry *e = bal_cache_find(c, account);
+    if (e && e->adj_ok && t_s < e->adj_reads_to)
+        adj_drop(c, e);
+}
+
+bool bal_cache_adj_get(const bal_cache_entry *e, const char *period, tally_line **v, size_t *n,
+                       size_t *cap)
+{
+    if (!e->adj_ok || strcmp(e->adj_period, period) != 0)
+        return false;
+    size_t need = *n + e->n_adj;
+    if (need > *cap) {
+        tally_line *p = realloc(*v, need * sizeof *p);
+        if (!p)
+            return false; /* the caller works them out (and finds no memory either) */
+        *v = p;
+        *cap = need;
+    }
+    if (e->n_adj)
+        memcpy(*v + *n, e->adj, e->n_adj * sizeof **v);
+    *n += e->n_adj;
+    return true;
+}
+
+void bal_cache_adj_keep(bal_cache *c, bal_cache_entry *e, const char *period, int64_t reads_to,
+                        const tally_line *v, size_t n)
+{
+    adj_drop(c, e);
+    if (strlen(period) >= sizeof e->adj_period || c->adj_lines + n > BAL_CACHE_ADJ_LINES)
+        return;
+    if (n > e->cap_adj) {
+        tally_line *p = realloc(e->adj, n * sizeof *p);
+        if (!p)
+            return;
+        e->adj = p;
+        e->cap_adj = n;
+    }
+    if (n)
+        memcpy(e->adj, v, n * sizeof *v);
+    e->n_adj = n;
+    c->adj_lines += n;
+    memcpy(e->adj_period, period, strlen(period) + 1);
+    e->adj_reads_to = reads_to;
+    e->adj_ok = true;
 }
 
 static int iv_order(const void *pa, const void *pb)

@@ -430,6 +430,8 @@ tally_err agg_point(tally_batch *b, const tally_event *ev)
 static tally_err pt_write(tally_batch *b, const pt_entry *p, int64_t seq)
 {
     const tally_event *ev = p->ev;
+    if (b->bal_cache)
+        bal_cache_point_put(b->bal_cache, ev->account, ev->time_s);
     for (int k = 0; k < 2; k++) {
         sqlite3_stmt *st = b->st[k == 0 ? ST_PT_INS : ST_PT_ADD];
         sqlite3_bind_text(st, 1, ev->account, -1, SQLITE_STATIC);

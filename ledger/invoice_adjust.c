@@ -221,12 +221,21 @@ static tally_err take_back(inv_gatherer *g, const tally_account *acct, const cha
     return e;
 }
 
+/* The first instant at or after which no usage row changes what the checks
+ * of a period ending at end read: an interval starting a day after it (the
+ * late check and the gather read a day either side), a point at it. */
+static int64_t reads_to(int64_t end)
+{
+    return end > INT64_MAX - 86400 ? INT64_MAX : end + 86400;
+}
+
 tally_err inv_adjustments(inv_gatherer *g, const tally_account *acct, const char *period,
                           inv_input *scratch, tally_line **lines, size_t *n, size_t *cap, char *why,
-                          size_t why_cap)
+                          size_t why_cap, int64_t *reads_to_out)
 {
     past *hist = NULL;
     size_t n_hist = 0;
+    int64_t to = INT64_MIN;
     tally_err e = take_back(g, acct, period, lines, n, cap);
     if (!e)
         e = load_history(g, acct->id, period, &hist, &n_hist);
@@ -235,11 +244,15 @@ tally_err inv_adjustments(inv_gatherer *g, const tally_account *acct, const char
         bool late = false;
         const char *tz = hist[i].timezone[0] ? hist[i].timezone : acct->timezone;
         e = tally_period_bounds(hist[i].period, tz, &start, &end);
+        if (!e && reads_to(end) > to)
+            to = reads_to(end);
         if (!e)
             e = is_late(g, acct->id, start, end, hist[i].billed_to, &late);
         if (!e && late)
             e = adjust_period(g, acct, &hist[i], start, end, scratch, lines, n, cap, why, why_cap);
     }
     free(hist);
+    if (reads_to_out)
+        *reads_to_out = to;
     return e;
 }

@@ -328,7 +328,7 @@ static tally_err rate(run *r, const tally_account *a, tally_rating_result *res, 
     r->n_extra = 0;
     if (!e)
         e = inv_adjustments(r->g, a, r->o->period, &r->scratch, &r->extra, &r->n_extra,
-                            &r->cap_extra, r->why, r->cap);
+                            &r->cap_extra, r->why, r->cap, NULL);
     if (e)
         return e;
     *skip = r->in.n_in_window == 0 && r->in.n_commitments == 0 && r->in.n_grants == 0 &&

@@ -258,16 +258,19 @@ typedef struct bal_period {
  * A meter refreshes the same accounts commit after commit. Between two
  * commits of one batch nothing that a refresh reads changes unless some
  * write happened in between: the batch's own usage writes are applied to
- * the cache as they are made (bal_cache_iv_*), and the refresh updates what
- * it stores; any other write on the connection (sqlite3_total_changes64
- * moves) or a commit by another connection (PRAGMA data_version moves)
- * empties it (batch_commit.c). So a refresh served from the cache reads what
+ * the cache as they are made (bal_cache_iv_*, bal_cache_point_put: an
+ * account's kept late-usage adjustments end at a write into the periods
+ * they read), and the refresh updates what it stores; any other write on
+ * the connection (sqlite3_total_changes64 moves) or a commit by another
+ * connection (PRAGMA data_version moves) empties it (batch_commit.c). So a refresh served from the cache reads what
  * the statements would have returned; tally verify recomputes from the
  * ledger and never uses it. Bounded: BAL_CACHE_ACCOUNTS accounts and
- * BAL_CACHE_ROWS interval rows; past either it starts again, empty. */
-#define BAL_CACHE_ACCOUNTS 32768
-#define BAL_CACHE_ROWS     262144
-#define BAL_CACHE_PERIODS  4
+ * BAL_CACHE_ROWS interval rows (past either it starts again, empty) and
+ * BAL_CACHE_ADJ_LINES adjustment lines (past it, no more are kept). */
+#define BAL_CACHE_ACCOUNTS  32768
+#define BAL_CACHE_ROWS      262144
+#define BAL_CACHE_PERIODS   4
+#define BAL_CACHE_ADJ_LINES 65536 /* adjustment lines held by all entries */
 
 typedef struct bal_cache_iv {
     int64_t id;
@@ -288,6 +291,14 @@ typedef struct bal_cache_entry {
     int64_t iv_start, iv_end;
     bal_cache_iv *ivs;
     size_t n_iv, cap_iv;
+    /* The late-usage adjustments of period adj_period (inv_adjustments),
+     * while adj_ok: the batch's usage writes before adj_reads_to, and any
+     * row it deletes, end it. */
+    bool adj_ok;
+    char adj_period[8];
+    int64_t adj_reads_to;
+    tally_line *adj;
+    size_t n_adj, cap_adj;
 } bal_cache_entry;
 
 tally_err bal_cache_create(bal_cache **out);
@@ -306,6 +317,17 @@ void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t 
 /* A row of the account written (inserted or updated) or deleted by the batch. */
 void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally_interval *iv);
 void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id);
+/* A point of the account at t_s written by the batch. */
+void bal_cache_point_put(bal_cache *c, const char *account, int64_t t_s);
+/* Appends e's adjustment lines for period to *v (realloc'd; *n, *cap
+ * updated) and returns true if it holds them; false (nothing appended) if
+ * not. */
+bool bal_cache_adj_get(const bal_cache_entry *e, const char *period, tally_line **v, size_t *n,
+                       size_t *cap);
+/* Keeps n lines as e's adjustments for period, read below reads_to. Past
+ * BAL_CACHE_ADJ_LINES lines in all, or without memory, it keeps nothing. */
+void bal_cache_adj_keep(bal_cache *c, bal_cache_entry *e, const char *period, int64_t reads_to,
+                        const tally_line *v, size_t n);
 /* The window's rows in the order the gather returns them (start_s, then
  * id) into out (n_out of them). Errors: TALLY_NOMEM. */
 tally_err bal_cache_iv_rows(bal_cache *c, bal_cache_entry *e, tally_interval **out, size_t *cap,
@@ -825,11 +847,14 @@ tally_err inv_gather(inv_gatherer *g, const tally_account *acct, int64_t start_s
 /* Appends to *lines (realloc'd; *n and *cap updated) the adjustment lines for
  * usage that arrived after earlier live finalized periods of acct (before
  * `period`) were billed: each such period is re-rated now and compared with
- * what was billed for it. scratch is working memory.
+ * what was billed for it. scratch is working memory. When reads_to is not
+ * NULL it is set to the instant below which usage was read: a usage row
+ * starting (an interval) or at (a point) before it can change the result,
+ * one at or after it cannot (INT64_MIN: the account has no such period).
  * Errors: those of inv_gather, tally_rate_period and tally_lines_diff. */
 tally_err inv_adjustments(inv_gatherer *g, const tally_account *acct, const char *period,
                           inv_input *scratch, tally_line **lines, size_t *n, size_t *cap, char *why,
-                          size_t why_cap);
+                          size_t why_cap, int64_t *reads_to);
 
 /* ---- invoice_json.c: the document model and its formats --------------------- */
 

@@ -630,6 +630,77 @@ static void test_batch_cache(void **state)
     fx_close(&f); /* verify recomputes the stored balance from the ledger */
 }
 
+static void tokens(fx *f, const char *account, const char *kind, int64_t n, int64_t t)
+{
+    char data[128];
+    snprintf(data, sizeof data, "{\"model\":\"m-1\",\"kind\":\"%s\",\"tokens\":%" PRId64 "}", kind,
+             n);
+    queue(f, account, "tokens.usage", t, data);
+}
+
+/* The late-usage adjustments a kept batch remembers for an invoiced
+ * account (ledger/balance_cache.c) give way to its own writes into the
+ * invoiced period, commit after commit with nothing else writing in
+ * between: a late interval, a late point, an interval that fills a gap in
+ * the period (one row grows, the other goes); usage after the period
+ * keeps them. Each commit's stored running charge is checked against
+ * what the adjustment must add; verify recomputes everything at the end. */
+static void test_batch_cache_late(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-cache-late", "2026-03-02T00:00:00Z");
+    accel(&f, "acme", "i-0", "rtx4090", "on_demand", 1, at("2026-02-10T00:00:00Z"), 3600);
+    accel(&f, "acme", "i-0", "rtx4090", "on_demand", 1, at("2026-02-10T03:00:00Z"), 3600);
+    commit_keep(&f); /* the batch remembers i-0's two rows */
+    assert_int_equal(invoice(&f, "acme", "2026-02", true).subtotal_minor, 2 * 198);
+
+    int64_t t = at("2026-03-10T00:00:00Z");
+    clock_at(t + 86400);
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t, 3600);
+    commit_keep(&f); /* adjustments for March worked out: none */
+    int64_t want = 198;
+    assert_int_equal(running(&f, "acme", "2026-03"), want);
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t + 3600, 3600);
+    commit_keep(&f); /* March's own usage: they are kept */
+    want += 198;
+    assert_int_equal(running(&f, "acme", "2026-03"), want);
+
+    accel(&f, "acme", "i-2", "rtx4090", "on_demand", 1, at("2026-02-20T00:00:00Z"), 3600);
+    commit_keep(&f); /* a late interval: one hour more for February */
+    want += 198;
+    assert_int_equal(running(&f, "acme", "2026-03"), want);
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t + 7200, 3600);
+    commit_keep(&f);
+    want += 198;
+    assert_int_equal(running(&f, "acme", "2026-03"), want);
+
+    tokens(&f, "acme", "output", 1000000, at("2026-02-25T00:00:00Z"));
+    commit_keep(&f); /* a late point: a million output tokens, 8.00 */
+    want += 800;
+    assert_int_equal(running(&f, "acme", "2026-03"), want);
+    tokens(&f, "acme", "input", 1000000, t + 600);
+    commit_keep(&f);
+    want += 400;
+    assert_int_equal(running(&f, "acme", "2026-03"), want);
+
+    /* fills February's gap between 01:00 and 03:00: the row before grows,
+     * the row after goes */
+    accel(&f, "acme", "i-0", "rtx4090", "on_demand", 1, at("2026-02-10T01:00:00Z"), 7200);
+    commit_keep(&f);
+    want += 2 * 198;
+    assert_int_equal(rows_of(&f, "i-0"), 1);
+    assert_int_equal(running(&f, "acme", "2026-03"), want);
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t + 3 * 3600, 3600);
+    commit_keep(&f);
+    want += 198;
+    assert_int_equal(running(&f, "acme", "2026-03"), want);
+    assert_int_equal(invoice(&f, "acme", "2026-03", false).subtotal_minor, want);
+    tally_batch_destroy(f.b);
+    f.b = NULL;
+    fx_close(&f); /* verify recomputes the stored balance from the ledger */
+}
+
 /* volume.release once the account has stayed exhausted for its release
  * grace: found by tally_balance_sweep when the clock gets there, announced
  * once, with the volumes. */
@@ -1051,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_admission_minimum),
         cmocka_unit_test(test_verify_tampering),
         cmocka_unit_test(test_batch_cache),
+        cmocka_unit_test(test_batch_cache_late),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
