@@ -262,11 +262,12 @@ typedef struct bal_period {
  * account's kept late-usage adjustments end at a write into the periods
  * they read), and the refresh updates what it stores; any other write on
  * the connection (sqlite3_total_changes64 moves) or a commit by another
- * connection (PRAGMA data_version moves) empties it (batch_commit.c). So a refresh served from the cache reads what
- * the statements would have returned; tally verify recomputes from the
- * ledger and never uses it. Bounded: BAL_CACHE_ACCOUNTS accounts and
- * BAL_CACHE_ROWS interval rows (past either it starts again, empty) and
- * BAL_CACHE_ADJ_LINES adjustment lines (past it, no more are kept). */
+ * connection (PRAGMA data_version moves) empties it (batch_commit.c).
+ * So a refresh served from the cache reads what the statements would have
+ * returned; tally verify recomputes from the ledger and never uses it.
+ * Bounded: BAL_CACHE_ACCOUNTS accounts and BAL_CACHE_ROWS interval rows
+ * (past either it starts again, empty) and BAL_CACHE_ADJ_LINES adjustment
+ * lines (past it, no more are kept). */
 #define BAL_CACHE_ACCOUNTS  32768
 #define BAL_CACHE_ROWS      262144
 #define BAL_CACHE_PERIODS   4
