@@ -21,11 +21,13 @@
 #include "tally/sign.h"
 
 /* Lines per transaction. Each commit refreshes the balance of every account
- * it touched, so larger ones cost less per event: 1M lines of
- * bench/ingest.sh took 8.8 s of CPU at 20,000 a commit, 4.4 s at 50,000,
- * 3.3 s at 100,000 (peak RSS 209 MiB) and 2.5 s at 200,000 (297 MiB). A
- * batch of large lines commits sooner (TALLY_PIPELINE_FULL_BYTES). */
-#define INGEST_BATCH  100000
+ * it touched and rewrites every open interval row, so larger ones cost less
+ * per event: 1M lines of bench/ingest.sh took 8.8 s of CPU at 20,000 a
+ * commit, 4.4 s at 50,000 and 3.3 s at 100,000 in an earlier build; in
+ * this one 2.65 s at 100,000 (peak RSS 126 MiB) and 2.17 s at 200,000 (212
+ * MiB). A batch of large lines commits sooner (TALLY_PIPELINE_FULL_BYTES:
+ * 64 MiB of lines and origins, about 200,000 of bench/ingest.sh's). */
+#define INGEST_BATCH  200000
 #define READ_CHUNK    ((size_t)1 << 20)
 #define LINE_MAX_KEPT (TALLY_EVENT_MAX_BYTES + 1) /* one more, so decode says too_large */
 #define ORIGIN_NAME   (TALLY_ID_MAX + 48)         /* of the origin's prefix */
