@@ -459,7 +459,9 @@ static tally_err pt_write(tally_batch *b, const pt_entry *p, int64_t seq)
 
 /* ---- Hourly sums of points (schemas/013_points_hourly.sql) -------------------- */
 
-static int pt_hour_cmp(const void *a, const void *b)
+/* Points in their row's key order (schemas/013_points_hourly.sql): each
+ * insert lands next to the one before, and a dimension's hours are runs. */
+static int pt_key_cmp(const void *a, const void *b)
 {
     const tally_event *x = (*(const pt_entry *const *)a)->ev;
     const tally_event *y = (*(const pt_entry *const *)b)->ev;
@@ -470,10 +472,8 @@ static int pt_hour_cmp(const void *a, const void *b)
         c = strcmp(x->dim, y->dim);
     if (!c)
         c = strcmp(x->dim2, y->dim2);
-    if (!c) {
-        int64_t hx = x->time_s - x->time_s % 3600, hy = y->time_s - y->time_s % 3600;
-        c = (hx > hy) - (hx < hy);
-    }
+    if (!c)
+        c = (x->time_s > y->time_s) - (x->time_s < y->time_s);
     return c;
 }
 
@@ -499,13 +499,11 @@ static tally_err hour_write(tally_batch *b, const tally_event *ev, int64_t qty, 
     return batch_step(b, st);
 }
 
-/* Adds this commit's points to their hours: one row write per dimension and
- * hour, however many seconds the commit added to it. */
+/* Adds this commit's points (in pt_order, sorted) to their hours: one row
+ * write per dimension and hour, however many seconds the commit added to
+ * it. */
 static tally_err hours_flush(tally_batch *b)
 {
-    for (size_t i = 0; i < b->n_pts; i++)
-        b->pt_order[i] = &b->pts[i];
-    qsort(b->pt_order, b->n_pts, sizeof *b->pt_order, pt_hour_cmp);
     tally_err err = TALLY_OK;
     for (size_t i = 0; err == TALLY_OK && i < b->n_pts;) {
         const tally_event *ev = b->pt_order[i]->ev;
@@ -532,8 +530,12 @@ tally_err agg_flush(tally_batch *b)
     b->n_dirty = 0;
     if (err == TALLY_OK && b->n_pts)
         err = batch_seq(b, &seq);
+    for (size_t i = 0; i < b->n_pts; i++)
+        b->pt_order[i] = &b->pts[i];
+    if (b->n_pts > 1)
+        qsort(b->pt_order, b->n_pts, sizeof *b->pt_order, pt_key_cmp);
     for (size_t i = 0; err == TALLY_OK && i < b->n_pts; i++)
-        err = pt_write(b, &b->pts[i], seq);
+        err = pt_write(b, b->pt_order[i], seq);
     if (err == TALLY_OK && b->n_pts)
         err = hours_flush(b);
     return err;
