@@ -24,11 +24,18 @@
 #define RUN_SPAN   160 /* ids per run: a full run is ~1,000 bytes, 4 to a page */
 #define BITS_BYTES (RUN_SPAN / 8)
 #define FP_MASK    ((UINT64_C(1) << (8 * FP_BYTES)) - 1)
-/* Runs kept in memory by one commit; when full, they are written and
- * forgotten (the next use of one reads it again). */
-#define SLOTS_MAX 4096
+/* Runs kept in memory by one commit, in an array that doubles from
+ * SLOTS_FIRST as the commit's sources need; when SLOTS_MAX are held they are
+ * written and forgotten (the next use of one reads it again). A slot is
+ * about 1.1 KB, so at most about 75 MB a batch. A commit needs a slot per
+ * source and window of 160 ids it sees: with 4,096, a commit over 20,000
+ * hosts wrote and read each run again every few events (a third of ingest's
+ * CPU). */
+#define SLOTS_FIRST 256
+#define SLOTS_MAX   65536
 
 struct run_slot {
+    uint64_t hash; /* in the index */
     int64_t src;
     int64_t lo;
     int64_t row;    /* its rowid when stored */
@@ -166,6 +173,28 @@ static tally_err slot_load(tally_batch *b, struct run_slot *s)
     return e;
 }
 
+/* Room for twice as many slots (SLOTS_FIRST at first), the index rebuilt. */
+static tally_err slots_grow(runs_cache *c)
+{
+    size_t cap = c->cap ? c->cap * 2 : SLOTS_FIRST;
+    if (cap > SLOTS_MAX)
+        cap = SLOTS_MAX;
+    struct run_slot *v = realloc(c->slots, cap * sizeof *v);
+    if (!v)
+        return TALLY_NOMEM;
+    c->slots = v;
+    c->cap = cap;
+    tally_err e = idx_table_reserve(&c->index, cap);
+    if (e != TALLY_OK) {
+        c->n = 0; /* the index may be gone: forget what was held */
+        return e;
+    }
+    idx_table_clear(&c->index);
+    for (size_t i = 0; i < c->n; i++)
+        idx_table_insert(&c->index, c->slots[i].hash, (uint32_t)i);
+    return TALLY_OK;
+}
+
 /* The slot of (src, k)'s run, read when this commit has not used it yet. */
 static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct run_slot **out)
 {
@@ -183,13 +212,12 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
     tally_err e = TALLY_OK;
     if (c->n == SLOTS_MAX)
         e = runs_flush(b);
-    if (e == TALLY_OK && !c->slots) {
-        c->slots = malloc(SLOTS_MAX * sizeof *c->slots);
-        e = c->slots ? idx_table_reserve(&c->index, SLOTS_MAX * 2) : TALLY_NOMEM;
-    }
+    else if (c->n == c->cap)
+        e = slots_grow(c);
     if (e != TALLY_OK)
         return e;
     struct run_slot *s = &c->slots[c->n];
+    s->hash = h[0];
     s->src = src;
     s->lo = lo;
     s->width = (uint8_t)k->width;

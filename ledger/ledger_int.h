@@ -489,7 +489,7 @@ typedef struct runs_id {
 /* The runs one commit has used (dedupe_runs.c). */
 typedef struct runs_cache {
     struct run_slot *slots;
-    size_t n;
+    size_t n, cap;
     idx_table index;
 } runs_cache;
 

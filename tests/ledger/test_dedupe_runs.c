@@ -247,6 +247,67 @@ static void test_full_runs(void **state)
     tally_ledger_close(l);
 }
 
+/* Queues source i's id r-00000001 with content v. */
+static void add_source(tally_batch *b, int i, int v)
+{
+    char src[32];
+    snprintf(src, sizeof src, "//hosts/h%05d", i);
+    tally_event ev = event(src, "r-00000001", v);
+    add(b, &ev);
+}
+
+/* One commit over more runs than a batch holds at once (70,000 sources of
+ * one id each, past the 65,536 slots): the slots grow (256, 512, ...),
+ * then are written and read again. An id seen before a growth or before
+ * the write, repeated later in the same commit, is still a duplicate, or
+ * a conflict with other content. */
+static void test_many_runs_in_one_commit(void **state)
+{
+    (void)state;
+    enum { SOURCES = 70000, FIRST = 1000 };
+    static const int early[] = {0, 1, 255, 256, 511, 999};
+    static const int late[] = {0, 1000, 40000, 65535, 65536, 69999};
+    size_t n_early = sizeof early / sizeof *early, n_late = sizeof late / sizeof *late;
+    tally_ledger *l = open_ledger("runs-many");
+    tally_batch *b = new_batch(l);
+    for (int i = 0; i < FIRST; i++)
+        add_source(b, i, 0);
+    for (size_t k = 0; k < n_early; k++) { /* held in slots grown twice */
+        add_source(b, early[k], 0);
+        add_source(b, early[k], 1);
+    }
+    for (int i = FIRST; i < SOURCES; i++)
+        add_source(b, i, 0);
+    for (size_t k = 0; k < n_late; k++) { /* written, or held after it */
+        add_source(b, late[k], 0);
+        add_source(b, late[k], 1);
+    }
+    size_t n = SOURCES + 2 * (n_early + n_late);
+    tally_event_result *r = calloc(n, sizeof *r);
+    assert_non_null(r);
+    commit_ok(b, r);
+    size_t at = 0, accepted = 0, dup = 0, conflict = 0;
+    for (; at < n; at++) {
+        accepted += r[at] == TALLY_RESULT_ACCEPTED;
+        dup += r[at] == TALLY_RESULT_DUPLICATE;
+        conflict += r[at] == TALLY_RESULT_CONFLICT;
+    }
+    assert_int_equal(accepted, SOURCES);
+    assert_int_equal(dup, n_early + n_late);
+    assert_int_equal(conflict, n_early + n_late);
+    for (size_t k = 0; k < n_early; k++) {
+        assert_int_equal(r[FIRST + 2 * k], TALLY_RESULT_DUPLICATE);
+        assert_int_equal(r[FIRST + 2 * k + 1], TALLY_RESULT_CONFLICT);
+    }
+    free(r);
+    /* (the dedupe_keys view is too slow over 70,000 runs: the tables) */
+    assert_int_equal(
+        tu_query_int(l, "SELECT count(*) FROM dedupe_runs WHERE length(fps) = 6", NULL), SOURCES);
+    assert_int_equal(tu_query_int(l, "SELECT count(*) FROM dedupe", NULL), 0);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 /* Ids out of order, as a source's events come through several partitions,
  * fill one run: its row follows from the id, not from the arrival. */
 static void test_out_of_order(void **state)
@@ -507,10 +568,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split),        cmocka_unit_test(test_random_streams),
-        cmocka_unit_test(test_full_runs),    cmocka_unit_test(test_out_of_order),
-        cmocka_unit_test(test_view_ids),     cmocka_unit_test(test_rollback),
-        cmocka_unit_test(test_legacy_keys),  cmocka_unit_test(test_edited_run),
-        cmocka_unit_test(test_deleted_keys),
+        cmocka_unit_test(test_full_runs),    cmocka_unit_test(test_many_runs_in_one_commit),
+        cmocka_unit_test(test_out_of_order), cmocka_unit_test(test_view_ids),
+        cmocka_unit_test(test_rollback),     cmocka_unit_test(test_legacy_keys),
+        cmocka_unit_test(test_edited_run),   cmocka_unit_test(test_deleted_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
