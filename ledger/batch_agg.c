@@ -6,10 +6,14 @@
  * starting at e, and joins both when it fills the gap between them, as long
  * as the row stays within IV_MAX_SPAN_S. So one instance reporting every
  * second for a month costs about 31 rows, in any arrival order. Open
- * intervals are remembered across commits (at most IV_MAX; the least
- * recently touched is forgotten first, which is always safe: its row is
- * stored, and the next event of that key simply starts a new row). Rows are
- * written once per commit however many events extended them.
+ * intervals are remembered across commits, in a table that doubles from
+ * IV_FIRST as the stream's instances and volumes need (about 250 bytes
+ * each) up to IV_MAX; past that the least recently touched is forgotten
+ * first, which is always safe: its row is stored, and the next event of
+ * that key simply starts a new row. (With 65,536, a stream of 80,000
+ * instances and 46,000 volumes forgot and restarted them all the time: 3.2
+ * rows per instance where one a day is due, and 2.5x the CPU per event.)
+ * Rows are written once per commit however many events extended them.
  *
  * Traffic and token events are summed per (account, meter, dim, dim2, second)
  * for the commit, then added to usage_points. */
@@ -152,6 +156,13 @@ static void lru_touch(tally_batch *b, uint32_t idx)
     }
 }
 
+/* A dirty interval as agg_flush writes them: stored rows in rowid order,
+ * then the new ones. */
+struct iv_flush {
+    int64_t row_id;
+    uint32_t idx;
+};
+
 static tally_err mark_dirty(tally_batch *b, uint32_t idx)
 {
     if (b->iv[idx].dirty)
@@ -162,6 +173,10 @@ static tally_err mark_dirty(tally_batch *b, uint32_t idx)
         if (!d)
             return TALLY_NOMEM;
         b->dirty = d;
+        struct iv_flush *o = realloc(b->flush_order, n * sizeof *o);
+        if (!o)
+            return TALLY_NOMEM;
+        b->flush_order = o;
         b->dirty_alloc = n;
     }
     b->dirty[b->n_dirty++] = idx;
@@ -245,9 +260,41 @@ static tally_err iv_release(tally_batch *b, uint32_t idx, bool delete_row)
     return TALLY_OK;
 }
 
+/* Twice the room for open intervals, their indexes rebuilt. */
+static tally_err iv_grow(tally_batch *b)
+{
+    size_t cap = b->iv_cap * 2 > IV_MAX ? IV_MAX : b->iv_cap * 2;
+    iv_entry *v = realloc(b->iv, cap * sizeof *v);
+    if (!v)
+        return TALLY_NOMEM;
+    memset(v + b->iv_cap, 0, (cap - b->iv_cap) * sizeof *v);
+    b->iv = v;
+    b->iv_cap = cap;
+    tally_err err = idx_table_reserve(&b->iv_by_end, cap);
+    if (err == TALLY_OK)
+        err = idx_table_reserve(&b->iv_by_start, cap);
+    if (err != TALLY_OK)
+        return err; /* the caller's commit fails, and the batch forgets them */
+    idx_table_clear(&b->iv_by_end);
+    idx_table_clear(&b->iv_by_start);
+    for (size_t i = 0; i < b->iv_used; i++) {
+        const iv_entry *e = &b->iv[i];
+        if (!e->live)
+            continue;
+        idx_table_insert(&b->iv_by_end, at_time(e->key_hash, e->end_s), (uint32_t)i);
+        idx_table_insert(&b->iv_by_start, at_time(e->key_hash, e->start_s), (uint32_t)i);
+    }
+    return TALLY_OK;
+}
+
 static tally_err iv_alloc(tally_batch *b, uint32_t *idx)
 {
-    if (!b->free_head && b->iv_used == IV_MAX) {
+    if (!b->free_head && b->iv_used == b->iv_cap && b->iv_cap < IV_MAX) {
+        tally_err err = iv_grow(b);
+        if (err != TALLY_OK)
+            return err;
+    }
+    if (!b->free_head && b->iv_used == b->iv_cap) {
         tally_err err = iv_release(b, b->lru_tail - 1, false);
         if (err != TALLY_OK)
             return err;
@@ -308,9 +355,10 @@ static tally_err iv_lazy_init(tally_batch *b)
 {
     if (b->iv)
         return TALLY_OK;
-    b->iv = calloc(IV_MAX, sizeof *b->iv);
-    if (!b->iv || idx_table_reserve(&b->iv_by_end, IV_MAX) != TALLY_OK ||
-        idx_table_reserve(&b->iv_by_start, IV_MAX) != TALLY_OK) {
+    b->iv = calloc(IV_FIRST, sizeof *b->iv);
+    b->iv_cap = b->iv ? IV_FIRST : 0;
+    if (!b->iv || idx_table_reserve(&b->iv_by_end, IV_FIRST) != TALLY_OK ||
+        idx_table_reserve(&b->iv_by_start, IV_FIRST) != TALLY_OK) {
         free(b->iv);
         b->iv = NULL;
         idx_table_free(&b->iv_by_end);
@@ -518,16 +566,41 @@ static tally_err hours_flush(tally_batch *b)
     return err;
 }
 
-tally_err agg_flush(tally_batch *b)
+static int flush_cmp(const void *pa, const void *pb)
 {
-    tally_err err = TALLY_OK;
-    int64_t seq = 0;
-    for (size_t i = 0; err == TALLY_OK && i < b->n_dirty; i++) {
-        iv_entry *e = &b->iv[b->dirty[i]];
+    const struct iv_flush *a = pa, *b = pb;
+    if ((a->row_id == 0) != (b->row_id == 0))
+        return a->row_id == 0 ? 1 : -1;
+    if (a->row_id != b->row_id)
+        return a->row_id < b->row_id ? -1 : 1;
+    return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+/* Writes the commit's changed intervals, stored rows in rowid order (each
+ * page of the table is then visited once, not once per row: with 126,000
+ * open intervals a commit the updates in arrival order were a third of
+ * ingest's CPU), then the new rows. */
+static tally_err iv_flush_all(tally_batch *b)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < b->n_dirty; i++) {
+        const iv_entry *e = &b->iv[b->dirty[i]];
         if (e->live && e->dirty)
-            err = iv_write(b, e);
+            b->flush_order[n++] = (struct iv_flush){e->row_id, b->dirty[i]};
     }
     b->n_dirty = 0;
+    if (n > 1)
+        qsort(b->flush_order, n, sizeof *b->flush_order, flush_cmp);
+    tally_err err = TALLY_OK;
+    for (size_t i = 0; err == TALLY_OK && i < n; i++)
+        err = iv_write(b, &b->iv[b->flush_order[i].idx]);
+    return err;
+}
+
+tally_err agg_flush(tally_batch *b)
+{
+    int64_t seq = 0;
+    tally_err err = iv_flush_all(b);
     if (err == TALLY_OK && b->n_pts)
         err = batch_seq(b, &seq);
     for (size_t i = 0; i < b->n_pts; i++)
@@ -563,6 +636,8 @@ void agg_free(tally_batch *b)
     b->iv = NULL;
     free(b->dirty);
     b->dirty = NULL;
+    free(b->flush_order);
+    b->flush_order = NULL;
     b->n_dirty = b->dirty_alloc = 0;
     free(b->pts);
     b->pts = NULL;
@@ -572,6 +647,6 @@ void agg_free(tally_batch *b)
     idx_table_free(&b->iv_by_end);
     idx_table_free(&b->iv_by_start);
     idx_table_free(&b->pt_index);
-    b->iv_used = 0;
+    b->iv_used = b->iv_cap = 0;
     b->lru_head = b->lru_tail = b->free_head = 0;
 }

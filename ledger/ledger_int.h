@@ -384,9 +384,10 @@ void shard_lock_drop(int fd);
 
 #define BATCH_ARENA_CAP    ((size_t)512 << 20) /* raw messages and origins of one batch */
 #define BATCH_ITEMS_MAX    ((size_t)4 << 20)
-#define IV_MAX             65536 /* open intervals remembered across commits */
-#define IV_MAX_SPAN_S      86400 /* a usage_intervals row never covers more */
-#define ACCOUNTS_KNOWN_MAX 65536 /* accounts known to exist, before the set is reset */
+#define IV_FIRST           4096   /* open intervals held at first; the table doubles */
+#define IV_MAX             262144 /* open intervals remembered across commits */
+#define IV_MAX_SPAN_S      86400  /* a usage_intervals row never covers more */
+#define ACCOUNTS_KNOWN_MAX 65536  /* accounts known to exist, before the set is reset */
 
 /* ---- An index of entries by 64-bit hash (open addressing, linear probing).
  * Slots hold entry index + 1 (0 = empty) so a zeroed table is empty. */
@@ -521,11 +522,12 @@ struct tally_batch {
     /* Open intervals, found by (key, end_s) to append and (key, start_s) to
      * prepend; a doubly linked LRU list for eviction. */
     iv_entry *iv;
-    size_t iv_used;
+    size_t iv_used, iv_cap;
     idx_table iv_by_end, iv_by_start;
     uint32_t lru_head, lru_tail; /* index + 1; head = most recently touched */
     uint32_t free_head;          /* dropped entries, chained by lru_next */
     uint32_t *dirty;
+    struct iv_flush *flush_order; /* agg_flush's working copy of dirty, dirty_alloc long */
     size_t n_dirty, dirty_alloc;
 
     /* Per commit. */
