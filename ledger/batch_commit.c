@@ -597,6 +597,23 @@ static void reset_queue(tally_batch *b)
     b->new_keys = b->new_quarantine = b->new_intervals = b->new_points = 0;
 }
 
+/* The dedupe runs held from the last commit are used again only if that
+ * commit is durable and nothing but this batch wrote since: no other write
+ * on the connection (total changes as the commit left them) and no commit
+ * by another connection (PRAGMA data_version), as for the balance cache. */
+static tally_err runs_session(tally_batch *b)
+{
+    int64_t dv;
+    tally_err e = data_version(b->l, &dv);
+    if (e)
+        return e;
+    if (!b->runs_valid || b->changes_at_begin != b->runs_changes || dv != b->runs_data_version)
+        runs_forget(b);
+    b->runs_valid = false; /* until this commit is durable */
+    b->runs_data_version = dv;
+    return TALLY_OK;
+}
+
 /* One transaction: everything or nothing. */
 static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *results)
 {
@@ -607,17 +624,20 @@ static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *
     memset(b->chain_qty, 0, sizeof b->chain_qty);
     b->now_s = tally_now_s();
     touch_reset(b);
-    runs_forget(b);
     tally_err e = ledger_begin(b->l);
     b->changes_at_begin = sqlite3_total_changes64(b->l->db);
     if (e == TALLY_OK) {
-        e = commit_body(b, c, results);
+        e = runs_session(b);
+        if (e == TALLY_OK)
+            e = commit_body(b, c, results);
         if (e == TALLY_OK)
             e = ledger_commit(b->l);
         else
             ledger_rollback(b->l);
     }
     refresh_committed(b, e == TALLY_OK);
+    b->runs_valid = e == TALLY_OK;
+    b->runs_changes = sqlite3_total_changes64(b->l->db);
     if (e != TALLY_OK) {
         /* Rows written by this commit are gone: forget what points at them. */
         agg_forget(b);

@@ -9,11 +9,13 @@
  *
  * Within a commit the batch keeps every run it used (run_slot): an id is
  * checked and recorded in memory, and each changed run is written once when
- * the commit ends. A source whose ids count up therefore costs one lookup
- * and one row write per commit and window of 160 ids, instead of a row per
- * event. Nothing is kept from one commit to the next: every commit reads
- * what is stored, so another writer or a rolled-back commit cannot leave a
- * stale run behind. */
+ * the commit ends. A source whose ids count up therefore costs one row
+ * write per commit and window of 160 ids, instead of a row per event. The
+ * runs stay held after a commit, as written, and the next commit uses them
+ * without reading them again, but only if nothing but this batch wrote in
+ * between (batch_commit.c, runs_session: the same test as the balance
+ * cache's); a rolled-back commit forgets them. With 20,000 hosts, reading
+ * each commit's runs again was 9 % of the meter's samples. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,9 +212,10 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
         return TALLY_OK;
     }
     tally_err e = TALLY_OK;
-    if (c->n == SLOTS_MAX)
+    if (c->n == SLOTS_MAX) {
         e = runs_flush(b);
-    else if (c->n == c->cap)
+        runs_forget(b);
+    } else if (c->n == c->cap)
         e = slots_grow(c);
     if (e != TALLY_OK)
         return e;
@@ -277,7 +280,6 @@ tally_err runs_flush(tally_batch *b)
     tally_err e = TALLY_OK;
     for (size_t i = 0; e == TALLY_OK && i < c->n; i++)
         e = slot_write(b, &c->slots[i]);
-    runs_forget(b);
     return e;
 }
 

@@ -502,9 +502,10 @@ bool runs_split(const char *id, size_t len, runs_id *out);
  * malformed), TALLY_NOMEM. */
 tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fingerprint,
                       tally_event_result *res);
-/* Writes the runs this commit changed and forgets them all. */
+/* Writes the runs this commit changed; they stay held, as stored. */
 tally_err runs_flush(tally_batch *b);
-/* Forgets them without writing (the commit rolled back). */
+/* Forgets them without writing (the commit rolled back, or another writer
+ * may have changed them). */
 void runs_forget(tally_batch *b);
 void runs_free(tally_batch *b);
 
@@ -565,6 +566,9 @@ struct tally_batch {
     bal_cache *bal_cache;
     bool bal_valid, bal_refreshed;
     int64_t bal_changes, bal_data_version;
+    /* The same for the dedupe runs held from the last commit (runs). */
+    bool runs_valid;
+    int64_t runs_changes, runs_data_version;
     int64_t changes_at_begin;
     /* This commit's new usage per meter, for the ledger chain (chain.c). */
     int64_t chain_events[TALLY_METER_COUNT];

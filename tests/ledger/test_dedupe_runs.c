@@ -371,6 +371,55 @@ static void test_view_ids(void **state)
     tally_ledger_close(l);
 }
 
+/* A batch holds its runs from one commit to the next, but not past a write
+ * by another connection or by another batch on its own: ids that another
+ * writer recorded in the same run in between are duplicates to it, and its
+ * own write keeps them. */
+static void test_other_writer_between_commits(void **state)
+{
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof path, "%s/t.db", tu_tmpdir("runs-other"));
+    tally_ledger *l = tu_open_priced(path), *other = NULL;
+    char why[256] = "";
+    if (tally_ledger_open(path, &other, why, sizeof why) != TALLY_OK)
+        fail_msg("open: %s", why);
+    tally_batch *b = new_batch(l), *ob = new_batch(other);
+    tally_event ev = event("//hosts/a", "r-0001", 0);
+    add(b, &ev);
+    commit_ok(b, NULL); /* b holds the run */
+    ev = event("//hosts/a", "r-0002", 0);
+    add(ob, &ev);
+    commit_ok(ob, NULL); /* the same run, through the other connection */
+    tally_event_result r[3];
+    const char *ids[] = {"r-0002", "r-0003", "r-0001"};
+    for (int i = 0; i < 3; i++) {
+        ev = event("//hosts/a", ids[i], 0);
+        add(b, &ev);
+    }
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[1], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[2], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(keys(l), 3);
+    assert_runs_sound(l);
+    /* and a write on b's own connection, by another batch */
+    tally_batch *b2 = new_batch(l);
+    ev = event("//hosts/a", "r-0004", 0);
+    add(b2, &ev);
+    commit_ok(b2, NULL);
+    tally_batch_destroy(b2);
+    ev = event("//hosts/a", "r-0004", 0);
+    add(b, &ev);
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(keys(l), 4);
+    tally_batch_destroy(ob);
+    tally_batch_destroy(b);
+    tally_ledger_close(other);
+    tally_ledger_close(l);
+}
+
 /* A commit that fails after its runs were written leaves none of them, and
  * the same events are new to the next commit. */
 static void test_rollback(void **state)
@@ -567,11 +616,17 @@ static void test_deleted_keys(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_split),        cmocka_unit_test(test_random_streams),
-        cmocka_unit_test(test_full_runs),    cmocka_unit_test(test_many_runs_in_one_commit),
-        cmocka_unit_test(test_out_of_order), cmocka_unit_test(test_view_ids),
-        cmocka_unit_test(test_rollback),     cmocka_unit_test(test_legacy_keys),
-        cmocka_unit_test(test_edited_run),   cmocka_unit_test(test_deleted_keys),
+        cmocka_unit_test(test_split),
+        cmocka_unit_test(test_random_streams),
+        cmocka_unit_test(test_full_runs),
+        cmocka_unit_test(test_many_runs_in_one_commit),
+        cmocka_unit_test(test_other_writer_between_commits),
+        cmocka_unit_test(test_out_of_order),
+        cmocka_unit_test(test_view_ids),
+        cmocka_unit_test(test_rollback),
+        cmocka_unit_test(test_legacy_keys),
+        cmocka_unit_test(test_edited_run),
+        cmocka_unit_test(test_deleted_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
