@@ -29,12 +29,16 @@
 /* Runs kept in memory by one commit, in an array that doubles from
  * SLOTS_FIRST as the commit's sources need; when SLOTS_MAX are held they are
  * written and forgotten (the next use of one reads it again). A slot is
- * about 1.1 KB, so at most about 75 MB a batch. A commit needs a slot per
+ * 200 bytes and room for 8 fingerprints of 6 bytes at first, doubling
+ * to 160 (a full window, 1.2 KB in all), so at most about 80 MB a batch,
+ * and about 17 MB for a stream of ids that each begin a window of their
+ * own. A commit needs a slot per
  * source and window of 160 ids it sees: with 4,096, a commit over 20,000
  * hosts wrote and read each run again every few events (a third of ingest's
  * CPU). */
 #define SLOTS_FIRST 256
 #define SLOTS_MAX   65536
+#define FPS_FIRST   8 /* fingerprints a slot has room for at first; it doubles */
 
 struct run_slot {
     uint64_t hash; /* in the index */
@@ -48,7 +52,8 @@ struct run_slot {
     uint8_t prefix_len;
     char prefix[TALLY_ID_MAX];
     uint8_t bits[BITS_BYTES];
-    uint8_t fps[RUN_SPAN * FP_BYTES];
+    uint32_t fps_cap; /* fingerprints fps has room for, kept when the slot is reused */
+    uint8_t *fps;
 };
 
 bool runs_split(const char *id, size_t len, runs_id *out)
@@ -133,6 +138,24 @@ static uint32_t bits_count(const uint8_t *bits, uint32_t upto)
     return n;
 }
 
+/* Room in s for need fingerprints (at most RUN_SPAN). */
+static tally_err fps_room(struct run_slot *s, uint32_t need)
+{
+    if (need <= s->fps_cap)
+        return TALLY_OK;
+    uint32_t cap = s->fps_cap ? s->fps_cap : FPS_FIRST;
+    while (cap < need)
+        cap *= 2;
+    if (cap > RUN_SPAN)
+        cap = RUN_SPAN;
+    uint8_t *p = realloc(s->fps, (size_t)cap * FP_BYTES);
+    if (!p)
+        return TALLY_NOMEM;
+    s->fps = p;
+    s->fps_cap = cap;
+    return TALLY_OK;
+}
+
 /* A stored row as read: its bitmap must count its fingerprints. */
 static tally_err take_row(tally_batch *b, struct run_slot *s, sqlite3_stmt *st)
 {
@@ -151,6 +174,9 @@ static tally_err take_row(tally_batch *b, struct run_slot *s, sqlite3_stmt *st)
         return TALLY_TAMPERED;
     }
     s->row = sqlite3_column_int64(st, 0);
+    tally_err e = fps_room(s, (uint32_t)(bytes / FP_BYTES));
+    if (e != TALLY_OK)
+        return e;
     s->count = (uint32_t)(bytes / FP_BYTES);
     memcpy(s->fps, fps, (size_t)bytes);
     s->stored = true;
@@ -184,6 +210,7 @@ static tally_err slots_grow(runs_cache *c)
     struct run_slot *v = realloc(c->slots, cap * sizeof *v);
     if (!v)
         return TALLY_NOMEM;
+    memset(v + c->cap, 0, (cap - c->cap) * sizeof *v); /* no fingerprints yet */
     c->slots = v;
     c->cap = cap;
     tally_err e = idx_table_reserve(&c->index, cap);
@@ -243,8 +270,11 @@ static uint64_t fp_get(const uint8_t *p)
 }
 
 /* Records fp for slot k of s, keeping the fingerprints in the order of n. */
-static void fp_insert(struct run_slot *s, uint32_t k, uint64_t fp)
+static tally_err fp_insert(struct run_slot *s, uint32_t k, uint64_t fp)
 {
+    tally_err e = fps_room(s, s->count + 1);
+    if (e != TALLY_OK)
+        return e;
     uint32_t at = bits_count(s->bits, k);
     uint8_t *p = s->fps + (size_t)at * FP_BYTES;
     memmove(p + FP_BYTES, p, (size_t)(s->count - at) * FP_BYTES);
@@ -253,6 +283,7 @@ static void fp_insert(struct run_slot *s, uint32_t k, uint64_t fp)
     s->bits[k / 8] |= (uint8_t)(1u << (k % 8));
     s->count++;
     s->dirty = true;
+    return TALLY_OK;
 }
 
 tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fingerprint,
@@ -269,9 +300,9 @@ tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fi
         *res = stored == fp ? TALLY_RESULT_DUPLICATE : TALLY_RESULT_CONFLICT;
         return TALLY_OK;
     }
-    fp_insert(s, slot, fp);
+    e = fp_insert(s, slot, fp);
     *res = TALLY_RESULT_ACCEPTED;
-    return TALLY_OK;
+    return e;
 }
 
 tally_err runs_flush(tally_batch *b)
@@ -293,6 +324,8 @@ void runs_forget(tally_batch *b)
 
 void runs_free(tally_batch *b)
 {
+    for (size_t i = 0; i < b->runs.cap; i++)
+        free(b->runs.slots[i].fps);
     free(b->runs.slots);
     idx_table_free(&b->runs.index);
     b->runs = (runs_cache){0};
