@@ -609,6 +609,8 @@ static tally_err runs_session(tally_batch *b)
         return e;
     if (!b->runs_valid || b->changes_at_begin != b->runs_changes || dv != b->runs_data_version)
         runs_forget(b);
+    else
+        runs_keep_recent(b);
     b->runs_valid = false; /* until this commit is durable */
     b->runs_data_version = dv;
     return TALLY_OK;

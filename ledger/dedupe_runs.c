@@ -41,7 +41,8 @@
 #define FPS_FIRST   8 /* fingerprints a slot has room for at first; it doubles */
 
 struct run_slot {
-    uint64_t hash; /* in the index */
+    uint64_t hash;    /* in the index */
+    uint64_t used_in; /* the commit (runs_cache.commit_no) that last used it */
     int64_t src;
     int64_t lo;
     int64_t row;    /* its rowid when stored */
@@ -236,6 +237,7 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
     int64_t i = c->n ? idx_table_find(&c->index, h[0], slot_eq, &p) : -1;
     if (i >= 0) {
         *out = &c->slots[i];
+        (*out)->used_in = c->commit_no;
         return TALLY_OK;
     }
     tally_err e = TALLY_OK;
@@ -248,6 +250,7 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
         return e;
     struct run_slot *s = &c->slots[c->n];
     s->hash = h[0];
+    s->used_in = c->commit_no;
     s->src = src;
     s->lo = lo;
     s->width = (uint8_t)k->width;
@@ -314,9 +317,33 @@ tally_err runs_flush(tally_batch *b)
     return e;
 }
 
+void runs_keep_recent(tally_batch *b)
+{
+    runs_cache *c = &b->runs;
+    size_t k = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->slots[i].used_in != c->commit_no)
+            continue;
+        if (i != k) { /* a swap: the dropped slot's fingerprint room is reused */
+            struct run_slot t = c->slots[k];
+            c->slots[k] = c->slots[i];
+            c->slots[i] = t;
+        }
+        k++;
+    }
+    if (k != c->n) {
+        c->n = k;
+        idx_table_clear(&c->index);
+        for (size_t i = 0; i < k; i++)
+            idx_table_insert(&c->index, c->slots[i].hash, (uint32_t)i);
+    }
+    c->commit_no++;
+}
+
 void runs_forget(tally_batch *b)
 {
     runs_cache *c = &b->runs;
+    c->commit_no++;
     if (c->n)
         idx_table_clear(&c->index);
     c->n = 0;

@@ -491,6 +491,7 @@ typedef struct runs_id {
 typedef struct runs_cache {
     struct run_slot *slots;
     size_t n, cap;
+    uint64_t commit_no; /* counts the commits that used them */
     idx_table index;
 } runs_cache;
 
@@ -507,6 +508,10 @@ tally_err runs_flush(tally_batch *b);
 /* Forgets them without writing (the commit rolled back, or another writer
  * may have changed them). */
 void runs_forget(tally_batch *b);
+/* Before a commit that uses the held runs again: keeps only those the last
+ * commit used (a source's finished windows are let go, so the runs held
+ * follow the sources that report, not the stream's length). */
+void runs_keep_recent(tally_batch *b);
 void runs_free(tally_batch *b);
 
 struct tally_batch {

@@ -420,6 +420,37 @@ static void test_other_writer_between_commits(void **state)
     tally_ledger_close(l);
 }
 
+/* The runs a batch holds between commits are those its last commit used:
+ * a window a source has moved on from is let go, so what a long stream
+ * holds follows its sources, not its length. */
+static void test_held_runs_follow_sources(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-held");
+    tally_batch *b = new_batch(l);
+    for (int w = 0; w < 50; w++) { /* one source, a new window each commit */
+        char id[32];
+        snprintf(id, sizeof id, "r-%08d", w * 160);
+        tally_event ev = event("//hosts/a", id, 0);
+        add(b, &ev);
+        ev = event("//hosts/b", id, 0);
+        add(b, &ev);
+        commit_ok(b, NULL);
+        assert_true(b->runs.n <= 4); /* this commit's two, the last one's two */
+    }
+    tally_event_result r[2];
+    tally_event ev = event("//hosts/a", "r-00000000", 0); /* let go: read again */
+    add(b, &ev);
+    ev = event("//hosts/b", "r-00007840", 0); /* held */
+    add(b, &ev);
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(tu_query_int(l, "SELECT count(*) FROM dedupe_runs", NULL), 100);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 /* A commit that fails after its runs were written leaves none of them, and
  * the same events are new to the next commit. */
 static void test_rollback(void **state)
@@ -621,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_full_runs),
         cmocka_unit_test(test_many_runs_in_one_commit),
         cmocka_unit_test(test_other_writer_between_commits),
+        cmocka_unit_test(test_held_runs_follow_sources),
         cmocka_unit_test(test_out_of_order),
         cmocka_unit_test(test_view_ids),
         cmocka_unit_test(test_rollback),
