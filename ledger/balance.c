@@ -1046,6 +1046,24 @@ static tally_err settle(bal_engine *b, const bal_calc *c, bal_stored s, const ch
  * [lo_s, hi_s] and of the commitments, and with rescan those of all the
  * account's usage (a first refresh, a new time zone, a void: late
  * adjustments that a voided invoice carried are pending again). */
+/* Usage within a day of a period's edge is read by its rating (its runs:
+ * rating/rate_minimum.c) and by its late-usage check (invoice_adjust.c),
+ * so the periods a span of usage can change reach a day either side: a
+ * late event at the end of an open January that joins a run of a
+ * finalized February changes February's adjustment, which March carries.
+ * (Found by test_late test_late_margin; before, the refresh rated January
+ * only, and verify, reading the account's whole span, disagreed with the
+ * stored balance.) */
+static int64_t day_before(int64_t t)
+{
+    return t > INT64_MIN + 86400 ? t - 86400 : t;
+}
+
+static int64_t day_after(int64_t t)
+{
+    return t < INT64_MAX - 86400 ? t + 86400 : t;
+}
+
 static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
                          bool rescan, bal_calc *c)
 {
@@ -1069,10 +1087,10 @@ static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64
         int64_t ulo = 1, uhi = 0;
         e = usage_span(b, account, &ulo, &uhi);
         if (!e && ulo <= uhi)
-            e = span_periods(b, &c->acct, ulo, uhi, false);
+            e = span_periods(b, &c->acct, day_before(ulo), day_after(uhi), false);
     }
     if (!e && lo_s <= hi_s)
-        e = span_periods(b, &c->acct, lo_s, hi_s, false);
+        e = span_periods(b, &c->acct, day_before(lo_s), day_after(hi_s), false);
     if (!e)
         e = commitment_periods(b, c);
     if (!e)

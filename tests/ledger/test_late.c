@@ -109,6 +109,18 @@ static void on_invoice(void *ctx, const tally_invoice_summary *s)
         v->s[v->n++] = *s;
 }
 
+typedef struct one_invoice {
+    tally_invoice_summary s;
+    int n;
+} one_invoice;
+
+static void on_one(void *ctx, const tally_invoice_summary *s)
+{
+    one_invoice *o = ctx;
+    o->s = *s;
+    o->n++;
+}
+
 static void run_ok(fx *f, const char *period, bool finalize, seen *v)
 {
     char why[512] = "";
@@ -442,12 +454,109 @@ static void test_property(void **state)
     }
 }
 
+/* The late test looks for usage only within twice the longest minimum
+ * billable duration of a period's edges (ledger/invoice_gather.c,
+ * late_margin: 120 s with the fixture's 60 s minimums). Against re-rating
+ * every earlier period whatever arrived (TALLY_LATE_ALWAYS=1), over random
+ * short runs around the end of January and the start of February, both
+ * finalized early, and late events just past January's end or just
+ * before February's start, up to a day away: the February and March drafts are the same for every
+ * account, to the fen, and verify re-rating everything finds the balances
+ * stored at each commit. */
+static void margin_round(uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull | 1;
+    static const char *const accounts[] = {"acme", "globex", "initech"};
+    int64_t feb = at("2026-02-01T00:00:00Z"), mar = at("2026-03-01T00:00:00Z");
+    fx f;
+    fx_open(&f, "late-margin", "2026-01-20T00:00:00Z");
+    for (int i = 0; i < 6; i++) { /* January's end and February's start */
+        clock_at(&f, feb);
+        accel(&f, accounts[rnd(&s, 3)], feb - 1 - rnd(&s, rnd(&s, 2) ? 50 : 400), "h100",
+              "on_demand", (int)(1 + rnd(&s, 50)));
+    } /* half of them within 50 s of the end: runs that cross into February */
+    clock_at(&f, feb + rnd(&s, 120));
+    seen v;
+    run_ok(&f, "2026-01", true, &v);
+    for (int i = 0; i < 6; i++) {
+        clock_at(&f, feb + 700); /* after January's invoice: late for it if near */
+        accel(&f, accounts[rnd(&s, 3)], feb + rnd(&s, 400), "h100", "on_demand",
+              (int)(1 + rnd(&s, 50)));
+    }
+    clock_at(&f, mar + rnd(&s, 120));
+    run_ok(&f, "2026-02", true, &v);
+    /* A few late events (more would re-rate a period through rows inside
+     * it and hide a margin too small), all past January's end or all
+     * before February's start. */
+    static const int64_t near[] = {1, 30, 59, 60, 61, 90, 119, 120, 121, 150, 299, 3600, 86399};
+    int64_t side = rnd(&s, 2) ? 1 : -1;
+    for (int64_t i = 1 + rnd(&s, 3); i > 0; i--) {
+        clock_at(&f, f.now_s + 61);
+        int seconds = (int)(1 + rnd(&s, 80));
+        int64_t off = near[rnd(&s, sizeof near / sizeof *near)] + rnd(&s, 20) - 10;
+        int64_t t = side > 0 ? feb + (off < 0 ? 0 : off) : feb - seconds - (off < 1 ? 1 : off);
+        accel(&f, accounts[rnd(&s, 3)], t, "h100", "on_demand", seconds);
+    }
+    static const char *const periods[] = {"2026-02", "2026-03"};
+    for (size_t a = 0; a < 3; a++) {
+        char known[128];
+        snprintf(known, sizeof known, "SELECT count(*) FROM accounts WHERE id = '%s'", accounts[a]);
+        if (count(&f, known) == 0)
+            continue; /* no event of this round named it */
+        for (size_t p = 0; p < 2; p++) {
+            tally_invoice_summary got[2];
+            for (int k = 0; k < 2; k++) {
+                if (k)
+                    setenv("TALLY_LATE_ALWAYS", "1", 1);
+                one_invoice o = {0};
+                tally_invoice_run_opts opts = {.period = periods[p],
+                                               .account = accounts[a],
+                                               .key_path = f.key,
+                                               .on_invoice = on_one,
+                                               .ctx = &o};
+                char why[512] = "";
+                tally_err e = tally_invoice_run(f.l, &opts, why, sizeof why);
+                unsetenv("TALLY_LATE_ALWAYS");
+                if (e)
+                    fail_msg("seed %" PRIu64 ": draft: %s", seed, why);
+                got[k] = o.n ? o.s : (tally_invoice_summary){0};
+            }
+            if (got[0].subtotal_minor != got[1].subtotal_minor ||
+                got[0].credits_minor != got[1].credits_minor ||
+                got[0].amount_due_minor != got[1].amount_due_minor)
+                fail_msg("seed %" PRIu64 ", %s %s: drafts %" PRId64 " with the margin, %" PRId64
+                         " re-rating everything",
+                         seed, accounts[a], periods[p], got[0].subtotal_minor,
+                         got[1].subtotal_minor);
+        }
+    }
+    /* The balances stored at each commit (with the margin) are what verify
+     * recomputes re-rating everything. */
+    setenv("TALLY_LATE_ALWAYS", "1", 1);
+    char why[512] = "";
+    tally_err e = tally_ledger_verify(f.l, f.key, why, sizeof why);
+    unsetenv("TALLY_LATE_ALWAYS");
+    if (e)
+        fail_msg("seed %" PRIu64 ": verify re-rating everything: %s", seed, why);
+    fx_close(&f);
+}
+
+static void test_late_margin(void **state)
+{
+    (void)state;
+    uint64_t seed = env_u64("TALLY_PROPERTY_SEED", 20261202);
+    uint64_t rounds = env_u64("TALLY_PROPERTY_ROUNDS", 12) * 5;
+    for (uint64_t r = 0; r < rounds; r++)
+        margin_round(seed + r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gap_closing_event),
         cmocka_unit_test(test_backdated_spot),
         cmocka_unit_test(test_property),
+        cmocka_unit_test(test_late_margin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
