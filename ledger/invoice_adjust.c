@@ -4,8 +4,10 @@
  * row carries the usage_seq of the batch that last wrote it. A live finalized
  * period P of the account is "billed up to" the largest usage_seq among its
  * invoice and the later live invoices that carry adjustment lines for P.
- * Usage rows around P (a day either side, so minimum runs are seen whole)
- * written after that are late. For such a P:
+ * Usage rows written after that are late if they can change P's lines:
+ * inside P, or within twice the longest minimum billable duration of its
+ * edges (inv_late_margin: only a short run that starts in P reads usage
+ * outside it). For such a P:
  *
  *   now    = P re-rated from the ledger's usage as it is, with the prices as
  *            they stood when P's invoice was finalized (rate cards and spot
@@ -90,7 +92,7 @@ static tally_err load_billed(inv_gatherer *g, const char *account, int64_t seq, 
 typedef struct late_probe {
     tally_ledger *l;
     const char *account;
-    int64_t start, end;
+    int64_t start, end, margin;
     bool late;
 } late_probe;
 
@@ -105,6 +107,7 @@ static tally_err late_in(void *ctx, sqlite3_stmt *st, int64_t seq)
     sqlite3_bind_int64(st, 2, p->start);
     sqlite3_bind_int64(st, 3, p->end);
     sqlite3_bind_int64(st, 4, seq);
+    sqlite3_bind_int64(st, 5, p->margin);
     int rc = sqlite3_step(st);
     tally_err e = TALLY_OK;
     if (rc == SQLITE_ROW)
@@ -119,7 +122,11 @@ static tally_err is_late(inv_gatherer *g, const char *account, int64_t start, in
                          int64_t seq, bool *late)
 {
     tally_ledger *l = inv_gatherer_ledger(g);
-    late_probe p = {l, account, start, end, false};
+    late_probe p = {l, account, start, end, inv_late_margin(g), false};
+    if (inv_late_always(g)) {
+        *late = true;
+        return TALLY_OK;
+    }
     tally_err e = l->shards ? ledger_usage_each(l, account, LEDGER_USAGE_LATE,
                                                 inv_query_sql(INV_Q_LATE), seq, late_in, &p)
                             : late_in(&p, inv_stmt(g, INV_Q_LATE), seq);
@@ -223,7 +230,7 @@ static tally_err take_back(inv_gatherer *g, const tally_account *acct, const cha
 
 /* The first instant at or after which no usage row changes what the checks
  * of a period ending at end read: an interval starting a day after it (the
- * late check and the gather read a day either side), a point at it. */
+ * gather reads a day either side; the late check less), a point at it. */
 static int64_t reads_to(int64_t end)
 {
     return end > INT64_MAX - 86400 ? INT64_MAX : end + 86400;

@@ -41,6 +41,11 @@ struct inv_gatherer {
     /* TALLY_RAW_POINTS=1: read traffic and tokens second by second, never by
      * the hour (for the test that both rate alike). */
     bool raw_points;
+    /* How far past a period's edges usage can change what its rating bills
+     * (inv_late_margin); TALLY_LATE_ALWAYS=1: every earlier period counts
+     * as late (for the test that the margin misses nothing). */
+    int64_t late_margin_s;
+    bool late_always;
 };
 
 /* An invoice i (or j) is live unless a credit note of the same account and
@@ -86,9 +91,11 @@ static const char *const queries[INV_Q_COUNT] = {
         "WHERE x.invoice_seq = j.seq AND x.original_period = i.period)), 0)), "
         "i.finalized_at FROM invoices i WHERE i.account = ?1 AND +i.doc_type = 'invoice' "
         "AND i.period < ?2 AND " LIVE_I " ORDER BY i.period",
-    /* Whether usage around [?2, ?3) was written after usage_seq ?4. */
+    /* Whether usage that can change the rating of [?2, ?3) was written
+     * after usage_seq ?4: an interval reaching past ?2 - ?5 and starting
+     * before ?3 + ?5 (a row is at most a day long), a point inside. */
     [INV_Q_LATE] = "SELECT EXISTS (SELECT 1 FROM usage_intervals WHERE account = ?1 "
-                   "AND start_s > ?2 - 172800 AND start_s < ?3 + 86400 AND end_s > ?2 - 86400 "
+                   "AND start_s > ?2 - ?5 - 86400 AND start_s < ?3 + ?5 AND end_s > ?2 - ?5 "
                    "AND seq > ?4) OR EXISTS (SELECT 1 FROM usage_points WHERE account = ?1 "
                    "AND t_s >= ?2 AND t_s < ?3 AND seq > ?4)",
     /* What was billed for a period: the lines of its invoice ?1 (adjustments
@@ -120,6 +127,33 @@ tally_ledger *inv_gatherer_ledger(inv_gatherer *g)
     return g->l;
 }
 
+/* Twice the longest minimum billable duration of any card, at most a day
+ * (rating/rate_minimum.c). Usage outside a period is billed in it only
+ * through a run that starts in the period and is shorter than its
+ * minimum M: such a run's rows all start within M of its start, so a row
+ * that joins or ends it starts within 2M after the period's end, or ends
+ * within M before its start. Farther usage cannot change the period's
+ * lines. The gather still reads a day either side. */
+static int64_t late_margin(const inv_gatherer *g)
+{
+    int64_t m = 0;
+    for (size_t i = 0; i < g->n_cards; i++)
+        for (size_t k = 0; k < g->cards[i]->n_skus; k++)
+            if (g->cards[i]->skus[k].min_billable_s > m)
+                m = g->cards[i]->skus[k].min_billable_s;
+    return m >= 43200 ? 86400 : 2 * m;
+}
+
+int64_t inv_late_margin(const inv_gatherer *g)
+{
+    return g->late_margin_s;
+}
+
+bool inv_late_always(const inv_gatherer *g)
+{
+    return g->late_always;
+}
+
 tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out)
 {
     inv_gatherer *g = calloc(1, sizeof *g);
@@ -138,6 +172,10 @@ tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out)
     g->as_of_s = INT64_MAX;
     const char *raw = getenv("TALLY_RAW_POINTS");
     g->raw_points = raw && strcmp(raw, "1") == 0;
+    const char *always = getenv("TALLY_LATE_ALWAYS");
+    g->late_always = always && strcmp(always, "1") == 0;
+    if (!e)
+        g->late_margin_s = late_margin(g);
     /* Prepared once per connection (ledger_cached): a balance refresh makes
      * a gatherer for every commit of the meter. */
     for (int i = 0; i < INV_Q_COUNT && !e; i++)

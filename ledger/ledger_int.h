@@ -822,6 +822,10 @@ sqlite3_stmt *inv_stmt(inv_gatherer *g, inv_query q);
  * directory, the ledger directories section). */
 const char *inv_query_sql(inv_query q);
 tally_ledger *inv_gatherer_ledger(inv_gatherer *g);
+/* How far past a period's edges late usage is looked for (invoice_gather.c),
+ * and whether every earlier period counts as late (TALLY_LATE_ALWAYS=1). */
+int64_t inv_late_margin(const inv_gatherer *g);
+bool inv_late_always(const inv_gatherer *g);
 
 /* One account's input for one window. Owns the arrays `in` borrows. */
 typedef struct inv_input {
