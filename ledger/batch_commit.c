@@ -333,10 +333,8 @@ static tally_err data_version(tally_ledger *l, int64_t *v)
  * made anew (prices, grants, settings or invoices may have changed). */
 static tally_err refresh_session(tally_batch *b)
 {
-    int64_t dv;
-    tally_err e = data_version(b->l, &dv);
-    if (e)
-        return e;
+    int64_t dv = b->data_version_at_begin;
+    tally_err e = TALLY_OK;
     bool kept = b->bal_eng && b->bal_valid && b->changes_at_begin == b->bal_changes &&
                 dv == b->bal_data_version;
     b->bal_valid = false; /* until this commit is durable */
@@ -601,19 +599,15 @@ static void reset_queue(tally_batch *b)
  * commit is durable and nothing but this batch wrote since: no other write
  * on the connection (total changes as the commit left them) and no commit
  * by another connection (PRAGMA data_version), as for the balance cache. */
-static tally_err runs_session(tally_batch *b)
+static void runs_session(tally_batch *b)
 {
-    int64_t dv;
-    tally_err e = data_version(b->l, &dv);
-    if (e)
-        return e;
+    int64_t dv = b->data_version_at_begin;
     if (!b->runs_valid || b->changes_at_begin != b->runs_changes || dv != b->runs_data_version)
         runs_forget(b);
     else
         runs_keep_recent(b);
     b->runs_valid = false; /* until this commit is durable */
     b->runs_data_version = dv;
-    return TALLY_OK;
 }
 
 /* One transaction: everything or nothing. */
@@ -629,9 +623,13 @@ static tally_err commit_once(tally_batch *b, commit_ctx *c, tally_event_result *
     tally_err e = ledger_begin(b->l);
     b->changes_at_begin = sqlite3_total_changes64(b->l->db);
     if (e == TALLY_OK) {
-        e = runs_session(b);
-        if (e == TALLY_OK)
+        /* once: BEGIN IMMEDIATE holds the write lock, so no other
+         * connection commits before this transaction ends */
+        e = data_version(b->l, &b->data_version_at_begin);
+        if (e == TALLY_OK) {
+            runs_session(b);
             e = commit_body(b, c, results);
+        }
         if (e == TALLY_OK)
             e = ledger_commit(b->l);
         else

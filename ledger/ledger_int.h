@@ -574,7 +574,7 @@ struct tally_batch {
     /* The same for the dedupe runs held from the last commit (runs). */
     bool runs_valid;
     int64_t runs_changes, runs_data_version;
-    int64_t changes_at_begin;
+    int64_t changes_at_begin, data_version_at_begin;
     /* This commit's new usage per meter, for the ledger chain (chain.c). */
     int64_t chain_events[TALLY_METER_COUNT];
     __int128 chain_qty[TALLY_METER_COUNT];
