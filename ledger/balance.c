@@ -1059,9 +1059,14 @@ static int64_t day_before(int64_t t)
     return t > INT64_MIN + 86400 ? t - 86400 : t;
 }
 
-static int64_t day_after(int64_t t)
+/* A day after t, but not past the refresh's clock (a period after the
+ * current one has no running charges), and never before t itself. */
+static int64_t day_after(const bal_engine *b, int64_t t)
 {
-    return t < INT64_MAX - 86400 ? t + 86400 : t;
+    int64_t u = t < INT64_MAX - 86400 ? t + 86400 : t;
+    if (u > b->now_s)
+        u = b->now_s > t ? b->now_s : t;
+    return u;
 }
 
 static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64_t hi_s,
@@ -1087,10 +1092,10 @@ static tally_err compute(bal_engine *b, const char *account, int64_t lo_s, int64
         int64_t ulo = 1, uhi = 0;
         e = usage_span(b, account, &ulo, &uhi);
         if (!e && ulo <= uhi)
-            e = span_periods(b, &c->acct, day_before(ulo), day_after(uhi), false);
+            e = span_periods(b, &c->acct, day_before(ulo), day_after(b, uhi), false);
     }
     if (!e && lo_s <= hi_s)
-        e = span_periods(b, &c->acct, day_before(lo_s), day_after(hi_s), false);
+        e = span_periods(b, &c->acct, day_before(lo_s), day_after(b, hi_s), false);
     if (!e)
         e = commitment_periods(b, c);
     if (!e)

@@ -355,6 +355,28 @@ static void test_commitment_periods(void **state)
     fx_close(&f);
 }
 
+/* Usage on the last day of a period, while the clock is still in it: the
+ * refresh looks a day past the usage for a neighbour it may change, but
+ * never into a period that has not begun, where a commitment would bill
+ * running charges too early. Found by test_balance_diff
+ * (TALLY_BALDIFF_SEED=1796186667). */
+static void test_usage_at_period_end(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-period-end", "2026-01-31T22:00:00Z");
+    assert_int_equal(tally_ledger_commit_add(f.l, "acme", "a100-40g", 1, at("2026-01-10T00:00:00Z"),
+                                             at("2026-02-20T00:00:00Z"), NULL),
+                     TALLY_OK);
+    clock_at(at("2026-01-31T23:30:00Z"));
+    accel(&f, "acme", "i-1", "h100", "on_demand", 1, at("2026-01-31T23:00:00Z"), 1800);
+    commit(&f);
+    assert_int_equal(running(&f, "acme", "2026-02"), -1);
+    assert_int_equal(running(&f, "acme", "2026-01"),
+                     invoice(&f, "acme", "2026-01", false).subtotal_minor);
+    fx_close(&f);
+}
+
 /* Late usage of a finalized period is billed on the next invoice as
  * adjustment lines; the balance counts them on the first open period after
  * it, whose draft shows them and whose invoice, finalized next, carries
@@ -1111,6 +1133,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commitment_periods),
+        cmocka_unit_test(test_usage_at_period_end),
         cmocka_unit_test(test_late_usage_period),
         cmocka_unit_test(test_low_and_stop_at_once),
         cmocka_unit_test(test_volume_release),
