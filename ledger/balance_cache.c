@@ -19,6 +19,7 @@ struct bal_cache {
     size_t n, cap;    /* cap doubles from 64 up to BAL_CACHE_ACCOUNTS */
     size_t rows;      /* interval rows held by all entries */
     size_t adj_lines; /* adjustment lines held by all entries */
+    size_t adj_held;  /* entries whose adjustments are held (adj_ok) */
     idx_table index;
 };
 
@@ -59,6 +60,7 @@ static void entry_release(bal_cache_entry *e)
 
 static void adj_drop(bal_cache *c, bal_cache_entry *e)
 {
+    c->adj_held -= e->adj_ok;
     c->adj_lines -= e->n_adj;
     e->n_adj = 0;
     e->adj_ok = false;
@@ -75,6 +77,7 @@ void bal_cache_clear(bal_cache *c)
     c->n = 0;
     c->rows = 0;
     c->adj_lines = 0;
+    c->adj_held = 0;
     if (c->index.slots)
         idx_table_clear(&c->index);
 }
@@ -238,6 +241,8 @@ void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id)
 
 void bal_cache_point_put(bal_cache *c, const char *account, int64_t t_s)
 {
+    if (!c || !c->adj_held) /* once per point written: no lookup for nothing */
+        return;
     bal_cache_entry *e = bal_cache_find(c, account);
     if (e && e->adj_ok && t_s < e->adj_reads_to)
         adj_drop(c, e);
@@ -282,6 +287,7 @@ void bal_cache_adj_keep(bal_cache *c, bal_cache_entry *e, const char *period, in
     memcpy(e->adj_period, period, strlen(period) + 1);
     e->adj_reads_to = reads_to;
     e->adj_ok = true;
+    c->adj_held++;
 }
 
 static int iv_order(const void *pa, const void *pb)
