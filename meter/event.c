@@ -16,9 +16,6 @@
 #include "meter_int.h"
 #include "tally/event.h"
 
-/* Seeds of the two hashes; part of the ledger format, never to change. */
-#define KEY_SEED         0x6b65793a736f6964ull /* "key:soid" */
-#define FINGERPRINT_SEED 0x667072696e743a31ull /* "fprint:1" */
 /* Unknown members tracked per object for the duplicate check. */
 #define MAX_UNKNOWN 64
 /* Longest snippet of an offending value quoted in a reject's detail. */
@@ -573,54 +570,6 @@ static tally_err take_attributes(const scanned *sc, int64_t now_s, tally_event *
     return take_time(&sc->attr[A_TIME], now_s, &ev->time_s, rej);
 }
 
-/* ---- Identity ------------------------------------------------------------- */
-
-/* Appends v little-endian, whatever the machine. */
-static size_t put_u64(unsigned char *p, uint64_t v)
-{
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(p, &v, 8);
-#else
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-#endif
-    return 8;
-}
-
-/* Appends a string with a one-byte length prefix (every string is < 128). */
-static size_t put_str(unsigned char *p, const char *s)
-{
-    size_t n = strlen(s);
-    p[0] = (unsigned char)n;
-    memcpy(p + 1, s, n);
-    return n + 1;
-}
-
-/* key = hash of (source, id), length-prefixed so ("ab","c") != ("a","bc");
- * fingerprint = hash of every decoded value except id and source. */
-static void identify(tally_event *ev)
-{
-    unsigned char buf[2 * TALLY_ID_MAX + 4 * TALLY_NAME_MAX + 64];
-    uint64_t h[2];
-    size_t n = put_str(buf, ev->source);
-    n += put_str(buf + n, ev->id);
-    tally_hash128(buf, n, KEY_SEED, ev->key);
-
-    buf[0] = (unsigned char)ev->meter;
-    buf[1] = (unsigned char)ev->pricing;
-    buf[2] = ev->migration;
-    n = 3;
-    n += put_u64(buf + n, (uint64_t)ev->time_s);
-    n += put_u64(buf + n, (uint64_t)ev->seconds);
-    n += put_u64(buf + n, (uint64_t)ev->weight);
-    n += put_str(buf + n, ev->account);
-    n += put_str(buf + n, ev->resource);
-    n += put_str(buf + n, ev->dim);
-    n += put_str(buf + n, ev->dim2);
-    tally_hash128(buf, n, FINGERPRINT_SEED, h);
-    ev->fingerprint = h[0];
-}
-
 /* ---- The decoder ----------------------------------------------------------- */
 
 tally_err tally_event_decode(const char *buf, size_t len, int64_t now_s, tally_event *ev,
@@ -660,6 +609,6 @@ tally_err tally_event_decode(const char *buf, size_t len, int64_t now_s, tally_e
         if ((err = take_field(r, &sc.field[r->field], ev, rej)) != TALLY_OK)
             return err;
     }
-    identify(ev);
+    tally_event_identify(ev);
     return TALLY_OK;
 }

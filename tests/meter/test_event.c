@@ -297,6 +297,28 @@ static void test_fingerprint_reserialised(void **state)
     }
 }
 
+/* The key and both content hashes are stored in ledgers: their values for
+ * one event never change (these are what every earlier version stored). */
+static void test_hashes_stable(void **state)
+{
+    (void)state;
+    static const char msg[] =
+        "{\"specversion\":\"1.0\",\"id\":\"evt-abc\",\"source\":\"//gpu-hosts/h1\","
+        "\"type\":\"accelerator.usage\",\"subject\":\"acct-1\",\"time\":"
+        "\"2026-03-01T00:00:00Z\",\"data\":{\"instance\":\"ins-1\",\"sku\":\"a100-40g\","
+        "\"pricing\":\"on_demand\",\"cards\":1,\"seconds\":10}}";
+    tally_event ev;
+    expect_ok(msg, &ev);
+    assert_int_equal(ev.fingerprint, (uint64_t)-372365158308885781LL);
+    assert_int_equal(ev.untimed, 0x434f89f64902024dULL);
+    assert_int_equal(ev.fingerprint, tally_event_content_hash(&ev, true));
+    assert_int_equal(ev.untimed, tally_event_content_hash(&ev, false));
+    tally_event later = ev;
+    later.time_s += 10;
+    assert_int_not_equal(tally_event_content_hash(&later, true), ev.fingerprint);
+    assert_int_equal(tally_event_content_hash(&later, false), ev.untimed);
+}
+
 static void test_fingerprint_changes(void **state)
 {
     static const struct {
@@ -767,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_integer_strings),
         cmocka_unit_test(test_time_offsets),
         cmocka_unit_test(test_fingerprint_reserialised),
+        cmocka_unit_test(test_hashes_stable),
         cmocka_unit_test(test_fingerprint_changes),
         cmocka_unit_test(test_key),
         cmocka_unit_test(test_key_unique),
