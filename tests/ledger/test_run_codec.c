@@ -1,0 +1,197 @@
+/* Tests for the records of a dedupe window's content (ledger/run_codec.c):
+ * random sequences come back exactly, coding is canonical (what was decoded
+ * codes to the same bytes), a host's periodic reports cost a byte each, and
+ * bytes that no coder writes are refused without reading past their end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "../../ledger/run_codec_int.h"
+
+#define T0 1772323200LL /* 2026-03-01T00:00:00Z */
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Codes n records into out; returns the bytes written. */
+static size_t encode_all(const rc_rec *recs, size_t n, uint8_t *out)
+{
+    rc_state st;
+    rc_init(&st);
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = rc_encode(&st, &recs[i], out + len);
+        assert_true(k >= 1 && k <= RC_REC_MAX);
+        len += k;
+    }
+    return len;
+}
+
+/* Decodes all of p; returns the records decoded, or -1 if p is not a whole
+ * number of records. */
+static long decode_all(const uint8_t *p, size_t len, rc_rec *out, size_t cap)
+{
+    rc_state st;
+    rc_init(&st);
+    size_t at = 0, n = 0;
+    while (at < len) {
+        if (n == cap)
+            return -1;
+        size_t k = rc_decode(&st, p + at, len - at, &out[n]);
+        if (k == 0)
+            return -1;
+        assert_true(k <= len - at);
+        at += k;
+        n++;
+    }
+    return (long)n;
+}
+
+/* A random time: steps of a few seconds, repeats, jumps back and far, and
+ * the extremes of int64. */
+static int64_t next_time(uint64_t *s, int64_t t)
+{
+    switch (rnd(s) % 8) {
+    case 0:
+        return t;
+    case 1:
+        return t - (int64_t)(rnd(s) % 100000);
+    case 2:
+        return (int64_t)rnd(s);
+    case 3:
+        return rnd(s) % 2 ? INT64_MAX : INT64_MIN;
+    default:
+        return t + 10;
+    }
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    enum { N = 480 };
+    static rc_rec recs[N], back[N];
+    static uint8_t buf[N * RC_REC_MAX], again[N * RC_REC_MAX];
+    uint64_t s = 0x9E3779B97F4A7C15ULL;
+    for (int round = 0; round < 2000; round++) {
+        size_t n = 1 + rnd(&s) % N;
+        uint64_t kinds = 1 + rnd(&s) % 40; /* a few contents, or many */
+        int64_t t = T0;
+        for (size_t i = 0; i < n; i++) {
+            recs[i].hash = (rnd(&s) % kinds * 0x1000193ULL + 7) & RC_HASH_MASK;
+            t = next_time(&s, t);
+            recs[i].t = t;
+        }
+        size_t len = encode_all(recs, n, buf);
+        assert_int_equal(decode_all(buf, len, back, N), (long)n);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(back[i].hash, recs[i].hash);
+            assert_int_equal(back[i].t, recs[i].t);
+        }
+        assert_int_equal(encode_all(back, n, again), len); /* canonical */
+        assert_memory_equal(buf, again, len);
+    }
+}
+
+/* A host's four instances, each reporting every 10 s in an order that
+ * varies: after each instance's first two reports, one byte a report. */
+static void test_periodic_host(void **state)
+{
+    (void)state;
+    enum { N = 480 };
+    rc_rec recs[N];
+    uint8_t buf[N * RC_REC_MAX];
+    int64_t next[4] = {T0, T0, T0 + 3, T0 + 7};
+    uint64_t s = 42;
+    for (size_t i = 0; i < N; i++) {
+        int k = (int)(rnd(&s) % 4);
+        recs[i] = (rc_rec){0xABCDEF000000ULL + (uint64_t)k, next[k]};
+        next[k] += 10;
+    }
+    size_t len = encode_all(recs, N, buf);
+    assert_true(len <= N + 4 * (6 + 5 + 1));
+    rc_rec back[N];
+    assert_int_equal(decode_all(buf, len, back, N), N);
+}
+
+/* Each a record no coder writes: refused. */
+static void test_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        uint8_t bytes[24];
+        size_t len;
+        const char *why;
+    } cases[] = {
+        {{0x00}, 1, "an entry the list does not hold"},
+        {{0x0f}, 1, "code 15"},
+        {{0x2e, 1, 2, 3, 4, 5, 6}, 7, "a reserved bit"},
+        {{0x0e, 1, 2, 3, 4, 5}, 6, "a hash cut short"},
+        {{0x1e, 1, 2, 3, 4, 5, 6}, 7, "a time flag with no time"},
+        {{0x1e, 1, 2, 3, 4, 5, 6, 0x80}, 8, "a time cut short"},
+        {{0x1e, 1, 2, 3, 4, 5, 6, 0x00}, 8, "a zero step with the flag"},
+        {{0x1e, 1, 2, 3, 4, 5, 6, 0x82, 0x00}, 9, "a time not in its shortest form"},
+        {{0x1e, 1, 2, 3, 4, 5, 6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02},
+         17,
+         "a time past 64 bits"},
+        {{0x0e, 1, 2, 3, 4, 5, 6, 0x0e, 1, 2, 3, 4, 5, 6}, 14, "the same entry twice as new"},
+        {{0x0e, 1, 2, 3, 4, 5, 6, 0x01}, 8, "the second entry of a list of one"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rc_rec back[4];
+        if (decode_all(cases[i].bytes, cases[i].len, back, 4) != -1)
+            fail_msg("taken: %s", cases[i].why);
+    }
+    /* and the largest record there is, taken */
+    static const uint8_t max[] = {0x1e, 1,    2,    3,    4,    5,    6,    0xff, 0xff,
+                                  0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    rc_rec r;
+    assert_int_equal(decode_all(max, sizeof max, &r, 1), 1);
+    assert_int_equal(r.t, INT64_MIN);
+}
+
+/* Bytes changed or cut at random decode to something or to nothing, never
+ * past their end (the sanitizer build checks the reads). */
+static void test_mutations(void **state)
+{
+    (void)state;
+    enum { N = 64 };
+    rc_rec recs[N], back[N];
+    uint8_t buf[N * RC_REC_MAX], *copy = malloc(sizeof buf);
+    assert_non_null(copy);
+    uint64_t s = 7;
+    for (int round = 0; round < 5000; round++) {
+        int64_t t = T0;
+        for (size_t i = 0; i < N; i++) {
+            recs[i].hash = rnd(&s) % 6 & RC_HASH_MASK;
+            t = next_time(&s, t);
+            recs[i].t = t;
+        }
+        size_t len = encode_all(recs, N, buf);
+        size_t cut = 1 + rnd(&s) % len;
+        memcpy(copy, buf, cut);
+        copy[rnd(&s) % cut] ^= (uint8_t)(1u << rnd(&s) % 8);
+        uint8_t *tail = malloc(cut); /* exactly cut bytes, so a read past is caught */
+        assert_non_null(tail);
+        memcpy(tail, copy, cut);
+        (void)decode_all(tail, cut, back, N);
+        free(tail);
+    }
+    free(copy);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_periodic_host),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_mutations),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
