@@ -25,12 +25,15 @@
 static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_DEDUPE_INS] = "INSERT INTO dedupe(src, id, fp) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
     [ST_DEDUPE_FP] = "SELECT fp FROM dedupe WHERE src = ?1 AND id = ?2",
-    [ST_RUN_FIND] = "SELECT id, bits, fps FROM dedupe_runs WHERE src = ?1 AND prefix = ?2 AND "
-                    "width = ?3 AND lo = ?4",
-    [ST_RUN_INS] = "INSERT INTO dedupe_runs(src, prefix, width, lo, bits, fps) VALUES (?1, ?2, "
-                   "?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
-    [ST_RUN_UPD] = "UPDATE dedupe_runs SET bits = ?5, fps = ?6 WHERE id = ?7 AND src = ?1 AND "
-                   "prefix = ?2 AND width = ?3 AND lo = ?4",
+    [ST_RUN_FIND] = "SELECT id, bits, n, content FROM dedupe_windows WHERE src = ?1 AND "
+                    "prefix = ?2 AND width = ?3 AND lo = ?4",
+    [ST_RUN_INS] = "INSERT INTO dedupe_windows(src, prefix, width, lo, bits, n, content) VALUES "
+                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+    [ST_RUN_UPD] = "UPDATE dedupe_windows SET bits = ?5, n = ?6, content = ?7 WHERE id = ?8 AND "
+                   "src = ?1 AND prefix = ?2 AND width = ?3 AND lo = ?4",
+    /* The runs of migration 15 a window covers (three at most). */
+    [ST_RUN_V1] = "SELECT id, lo, bits, fps FROM dedupe_runs WHERE src = ?1 AND prefix = ?2 AND "
+                  "width = ?3 AND lo >= ?4 AND lo < ?4 + 480 ORDER BY lo",
     [ST_QUARANTINE] = "INSERT INTO quarantine(origin, reason, detail, source, event_id, raw, "
                       "created_at, key_id, raw_size, raw_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
                       "?7, ?8, ?9, ?10) "
@@ -66,17 +69,28 @@ static const char *const batch_sql[ST_COUNT_OF] = {
 /* Events after year 9999 cannot be formatted, and time + seconds must fit. */
 #define EVENT_TIME_MAX_S 253402300799LL
 
-/* Whether the ledger held dedupe keys before migration 15 (its ids of the
- * run form may be in the dedupe table). */
-static tally_err read_legacy(tally_batch *b)
+/* One flag of meta (a missing one counts as set). */
+static tally_err read_flag(tally_batch *b, const char *sql, bool *out)
 {
     sqlite3_stmt *st;
-    tally_err e = ledger_prepare(b->l, "SELECT value FROM meta WHERE key = 'dedupe_legacy'", &st);
+    tally_err e = ledger_prepare(b->l, sql, &st);
     if (e != TALLY_OK)
         return e;
     int rc = sqlite3_step(st);
-    b->dedupe_legacy = rc != SQLITE_ROW || sqlite3_column_int64(st, 0) != 0;
+    *out = rc != SQLITE_ROW || sqlite3_column_int64(st, 0) != 0;
     return ledger_finish(b->l, st, rc == SQLITE_ROW ? SQLITE_DONE : rc);
+}
+
+/* Whether the ledger held dedupe keys before migration 15 (its ids of the
+ * run form may be in the dedupe table), and runs before migration 16. */
+static tally_err read_legacy(tally_batch *b)
+{
+    tally_err e =
+        read_flag(b, "SELECT value FROM meta WHERE key = 'dedupe_legacy'", &b->dedupe_legacy);
+    if (e == TALLY_OK)
+        e = read_flag(b, "SELECT value FROM meta WHERE key = 'dedupe_runs_legacy'",
+                      &b->runs_legacy);
+    return e;
 }
 
 tally_err tally_batch_create(tally_ledger *l, tally_batch **out)

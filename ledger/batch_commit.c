@@ -157,7 +157,7 @@ static tally_err dedupe(tally_batch *b, const tally_event *ev, int64_t src, tall
         bool found = false;
         e = b->dedupe_legacy ? key_lookup(b, ev, src, &found, res) : TALLY_OK;
         if (e == TALLY_OK && !found)
-            e = runs_dedupe(b, src, &k, ev->fingerprint, res);
+            e = runs_dedupe(b, src, &k, ev, res);
     }
     if (e == TALLY_OK && *res == TALLY_RESULT_ACCEPTED)
         b->new_keys++;

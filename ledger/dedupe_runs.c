@@ -1,44 +1,65 @@
-/* Dedupe keys of ids that count up, kept as runs (schemas/015_dedupe_runs.sql).
+/* Dedupe keys of ids that count up, kept as windows
+ * (schemas/016_dedupe_windows.sql; run_codec_int.h codes their content).
  *
  * An id ending in 4 to 18 decimal digits, the whole id or after a
- * character that is not a letter, is (prefix, width, n). Its run is
- * the dedupe_runs row of (source, prefix, width, lo = n - n % RUN_SPAN): a
- * bitmap of the values seen in the window and their fingerprints in the
- * order of n. The row follows from the id alone, so arrival order never
- * matters and a key has exactly one place.
+ * character that is not a letter, is (prefix, width, n). Its window is
+ * the dedupe_windows row of (source, prefix, width, lo = n - n % RUN_SPAN):
+ * a bitmap of the values seen and their contents, coded in the order of n.
+ * The row follows from the id alone, so arrival order never matters and a
+ * key has exactly one place. A replay is a duplicate when its content
+ * (hashed without the time) and its time are those recorded, and a
+ * conflict otherwise.
  *
- * Within a commit the batch keeps every run it used (run_slot): an id is
- * checked and recorded in memory, and each changed run is written once when
- * the commit ends. A source whose ids count up therefore costs one row
- * write per commit and window of 160 ids, instead of a row per event. The
- * runs stay held after a commit, as written, and the next commit uses them
- * without reading them again, but only if nothing but this batch wrote in
- * between (batch_commit.c, runs_session: the same test as the balance
- * cache's); a rolled-back commit forgets them. With 20,000 hosts, reading
- * each commit's runs again was 9 % of the meter's samples. */
+ * Within a commit the batch keeps every window it used (run_slot): an id is
+ * checked and recorded in memory, and each changed window is written once
+ * when the commit ends. A source whose ids count up therefore costs one row
+ * write per commit and window of 480 ids, instead of a row per event. An id
+ * above every one its window holds (the usual case) appends a record; one
+ * below codes the window again. The windows stay held after a commit, as
+ * written, and the next commit uses them without reading them again, but
+ * only if nothing but this batch wrote in between (batch_commit.c,
+ * runs_session: the same test as the balance cache's); a rolled-back commit
+ * forgets them. With 20,000 hosts, reading each commit's runs again was 9 %
+ * of the meter's samples.
+ *
+ * A ledger that has runs of migration 15 (160 ids, 6 bytes of fingerprint
+ * each) keeps them: a window is read with the three runs it covers, and an
+ * id one of them holds is judged by its fingerprint, as before. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ledger_int.h"
+#include "run_codec_int.h"
 
-#define FP_BYTES   6
-#define RUN_SPAN   160 /* ids per run: a full run is ~1,000 bytes, 4 to a page */
+#define RUN_SPAN   480
 #define BITS_BYTES (RUN_SPAN / 8)
+#define V1_SPAN    160 /* a run of migration 15 */
+#define V1_BITS    (V1_SPAN / 8)
+#define FP_BYTES   6
 #define FP_MASK    ((UINT64_C(1) << (8 * FP_BYTES)) - 1)
-/* Runs kept in memory by one commit, in an array that doubles from
- * SLOTS_FIRST as the commit's sources need; when SLOTS_MAX are held they are
- * written and forgotten (the next use of one reads it again). A slot is
- * 200 bytes and room for 8 fingerprints of 6 bytes at first, doubling
- * to 160 (a full window, 1.2 KB in all), so at most about 80 MB a batch,
- * and about 17 MB for a stream of ids that each begin a window of their
- * own. A commit needs a slot per
- * source and window of 160 ids it sees: with 4,096, a commit over 20,000
- * hosts wrote and read each run again every few events (a third of ingest's
- * CPU). */
+#define ENC_FIRST  64                          /* bytes of content a slot has room for at first */
+#define ENC_MAX    (1 + RUN_SPAN * RC_REC_MAX) /* a full window at its largest: 8,161 bytes */
+/* Windows kept in memory by one commit, in an array that doubles from
+ * SLOTS_FIRST as the commit's sources need. A commit needs a slot per
+ * source and window it sees: with 4,096, a commit over 20,000 hosts wrote
+ * and read each run again every few events (a third of ingest's CPU). When
+ * SLOTS_MAX are held, or their contents pass BYTES_MAX, they are written
+ * and forgotten (the next use of one reads it again). A slot is about
+ * 600 bytes and its content (64 bytes at first, doubling as it fills; about
+ * a byte a record for a host's reports, 7 to 8 for content seen once), so
+ * a batch holds at most about 40 + 64 MB. */
 #define SLOTS_FIRST 256
 #define SLOTS_MAX   65536
-#define FPS_FIRST   8 /* fingerprints a slot has room for at first; it doubles */
+#define BYTES_MAX   ((size_t)64 << 20)
+
+/* The runs of migration 15 that a window covers, merged: their bitmap and
+ * fingerprints (6 bytes each, in the order of n). */
+struct v1_runs {
+    uint8_t bits[BITS_BYTES];
+    uint32_t count;
+    uint8_t fps[];
+};
 
 struct run_slot {
     uint64_t hash;    /* in the index */
@@ -46,15 +67,18 @@ struct run_slot {
     int64_t src;
     int64_t lo;
     int64_t row;    /* its rowid when stored */
-    uint32_t count; /* ids in the run: bits set, fingerprints held */
+    uint32_t count; /* ids in the window: bits set, records held */
+    uint32_t top;   /* 1 + the highest k present; 0 when none is */
     bool stored;    /* a row exists (UPDATE, not INSERT) */
     bool dirty;
     uint8_t width;
     uint8_t prefix_len;
     char prefix[TALLY_ID_MAX];
     uint8_t bits[BITS_BYTES];
-    uint32_t fps_cap; /* fingerprints fps has room for, kept when the slot is reused */
-    uint8_t *fps;
+    rc_state coder;     /* after the last record */
+    uint32_t len, cap;  /* content bytes held, room for */
+    uint8_t *content;   /* RC_VERSION, then the records; kept when the slot is reused */
+    struct v1_runs *v1; /* NULL: no run of migration 15 in the window */
 };
 
 bool runs_split(const char *id, size_t len, runs_id *out)
@@ -103,20 +127,24 @@ static void bind_key(sqlite3_stmt *st, const struct run_slot *s)
     sqlite3_bind_int64(st, 4, s->lo);
 }
 
-/* Writes s's run if this commit changed it. */
+/* Writes s's window if this commit changed it. */
 static tally_err slot_write(tally_batch *b, struct run_slot *s)
 {
     if (!s->dirty)
         return TALLY_OK;
     sqlite3_stmt *st = b->st[s->stored ? ST_RUN_UPD : ST_RUN_INS];
     bind_key(st, s);
-    sqlite3_bind_blob(st, 5, s->bits, BITS_BYTES, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 6, s->fps, (int)(s->count * FP_BYTES), SQLITE_STATIC);
+    int nbits = BITS_BYTES; /* without its zero bytes at the end */
+    while (nbits > 1 && !s->bits[nbits - 1])
+        nbits--;
+    sqlite3_bind_blob(st, 5, s->bits, nbits, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, s->count);
+    sqlite3_bind_blob(st, 7, s->content, (int)s->len, SQLITE_STATIC);
     if (s->stored)
-        sqlite3_bind_int64(st, 7, s->row);
+        sqlite3_bind_int64(st, 8, s->row);
     tally_err e = batch_step(b, st);
     if (e == TALLY_OK && sqlite3_changes(b->l->db) != 1) {
-        snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe run at %lld %s", (long long)s->lo,
+        snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe window at %lld %s", (long long)s->lo,
                  s->stored ? "vanished" : "already stored");
         e = TALLY_TAMPERED;
     }
@@ -129,76 +157,255 @@ static tally_err slot_write(tally_batch *b, struct run_slot *s)
     return e;
 }
 
+/* The bits set in bits[0 .. upto / 8] below bit upto, a word at a time. */
 static uint32_t bits_count(const uint8_t *bits, uint32_t upto)
 {
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < upto / 8; i++)
-        n += (uint32_t)__builtin_popcount(bits[i]);
+    uint32_t n = 0, i = 0;
+    for (; i + 64 <= upto; i += 64) {
+        uint64_t w;
+        memcpy(&w, bits + i / 8, 8);
+        n += (uint32_t)__builtin_popcountll(w);
+    }
+    for (; i + 8 <= upto; i += 8)
+        n += (uint32_t)__builtin_popcount(bits[i / 8]);
     if (upto % 8)
         n += (uint32_t)__builtin_popcount(bits[upto / 8] & ((1u << (upto % 8)) - 1));
     return n;
 }
 
-/* Room in s for need fingerprints (at most RUN_SPAN). */
-static tally_err fps_room(struct run_slot *s, uint32_t need)
+static bool bit_set(const uint8_t *bits, uint32_t k)
 {
-    if (need <= s->fps_cap)
+    return bits[k / 8] & (1u << (k % 8));
+}
+
+/* Room in s for need bytes of content (at most ENC_MAX). */
+static tally_err content_room(runs_cache *c, struct run_slot *s, uint32_t need)
+{
+    if (need <= s->cap)
         return TALLY_OK;
-    uint32_t cap = s->fps_cap ? s->fps_cap : FPS_FIRST;
+    if (need > ENC_MAX)
+        return TALLY_RANGE; /* never: a window holds at most RUN_SPAN records */
+    uint32_t cap = s->cap ? s->cap : ENC_FIRST;
     while (cap < need)
         cap *= 2;
-    if (cap > RUN_SPAN)
-        cap = RUN_SPAN;
-    uint8_t *p = realloc(s->fps, (size_t)cap * FP_BYTES);
+    if (cap > ENC_MAX)
+        cap = ENC_MAX;
+    uint8_t *p = realloc(s->content, cap);
     if (!p)
         return TALLY_NOMEM;
-    s->fps = p;
-    s->fps_cap = cap;
+    c->bytes += cap - s->cap;
+    s->content = p;
+    s->cap = cap;
     return TALLY_OK;
 }
 
-/* A stored row as read: its bitmap must count its fingerprints. */
+/* Decodes s's records up to (and with) the one of rank `upto`: into *last,
+ * or all of them into recs (upto == s->count) and the coder's state into
+ * s->coder. Errors: TALLY_TAMPERED (not count records of the format). */
+static tally_err content_walk(tally_batch *b, struct run_slot *s, uint32_t upto, rc_rec *recs,
+                              rc_rec *last)
+{
+    rc_state st;
+    rc_init(&st);
+    size_t at = 1;
+    bool ok = s->len >= 1 && s->content[0] == RC_VERSION;
+    for (uint32_t i = 0; ok && i < s->count && i <= upto; i++) {
+        rc_rec r;
+        size_t n = rc_decode(&st, s->content + at, s->len - at, &r);
+        ok = n > 0;
+        at += n;
+        if (recs)
+            recs[i] = r;
+        if (i == upto && last)
+            *last = r;
+    }
+    if (ok && upto >= s->count && at != s->len)
+        ok = false; /* bytes after the last record */
+    if (!ok) {
+        snprintf(b->l->errmsg, sizeof b->l->errmsg,
+                 "dedupe window %lld: its content does not hold its %u ids (edited?)",
+                 (long long)s->row, s->count);
+        return TALLY_TAMPERED;
+    }
+    if (upto >= s->count)
+        s->coder = st;
+    return TALLY_OK;
+}
+
+/* Codes r after s's last record. */
+static tally_err content_append(runs_cache *c, struct run_slot *s, const rc_rec *r)
+{
+    tally_err e = content_room(c, s, s->len + RC_REC_MAX);
+    if (e == TALLY_OK)
+        s->len += (uint32_t)rc_encode(&s->coder, r, s->content + s->len);
+    return e;
+}
+
+/* Codes s's window again, with r inserted at rank `at`. */
+static tally_err content_insert(tally_batch *b, struct run_slot *s, uint32_t at, const rc_rec *r)
+{
+    rc_rec recs[RUN_SPAN];
+    tally_err e = content_walk(b, s, s->count, recs, NULL);
+    if (e != TALLY_OK)
+        return e;
+    memmove(&recs[at + 1], &recs[at], (s->count - at) * sizeof recs[0]);
+    recs[at] = *r;
+    s->len = 1;
+    rc_init(&s->coder);
+    for (uint32_t i = 0; e == TALLY_OK && i <= s->count; i++)
+        e = content_append(&b->runs, s, &recs[i]);
+    return e;
+}
+
+/* A stored row as read: its bitmap must count its ids and its content
+ * hold as many records. */
 static tally_err take_row(tally_batch *b, struct run_slot *s, sqlite3_stmt *st)
 {
     int nbits = sqlite3_column_bytes(st, 1);
     const void *bits = sqlite3_column_blob(st, 1);
-    int bytes = sqlite3_column_bytes(st, 2);
-    const void *fps = sqlite3_column_blob(st, 2);
-    if (nbits == BITS_BYTES && bits)
-        memcpy(s->bits, bits, BITS_BYTES);
-    if (nbits != BITS_BYTES || !bits || !fps || bytes % FP_BYTES ||
-        (uint32_t)bytes != bits_count(s->bits, RUN_SPAN) * FP_BYTES) {
+    int64_t n = sqlite3_column_int64(st, 2);
+    int bytes = sqlite3_column_bytes(st, 3);
+    const void *content = sqlite3_column_blob(st, 3);
+    s->row = sqlite3_column_int64(st, 0);
+    if (nbits >= 1 && nbits <= BITS_BYTES && bits)
+        memcpy(s->bits, bits, (size_t)nbits); /* the rest stays zero */
+    if (nbits < 1 || nbits > BITS_BYTES || !bits || !content || bytes > ENC_MAX ||
+        n != bits_count(s->bits, RUN_SPAN)) {
+        snprintf(b->l->errmsg, sizeof b->l->errmsg,
+                 "dedupe window %lld: its bitmap does not count its %lld ids (edited?)",
+                 (long long)s->row, (long long)n);
+        return TALLY_TAMPERED;
+    }
+    tally_err e = content_room(&b->runs, s, (uint32_t)bytes);
+    if (e != TALLY_OK)
+        return e;
+    memcpy(s->content, content, (size_t)bytes);
+    s->len = (uint32_t)bytes;
+    s->count = (uint32_t)n;
+    s->stored = true;
+    e = content_walk(b, s, s->count, NULL, NULL);
+    for (uint32_t k = RUN_SPAN; e == TALLY_OK && k > 0 && !s->top; k--)
+        if (bit_set(s->bits, k - 1))
+            s->top = k;
+    return e;
+}
+
+/* Merges one run of migration 15 (st's row) into v, which has room for a
+ * window's fingerprints. */
+static tally_err take_v1(tally_batch *b, const struct run_slot *s, struct v1_runs *v,
+                         sqlite3_stmt *st)
+{
+    int64_t lo = sqlite3_column_int64(st, 1);
+    int nbits = sqlite3_column_bytes(st, 2);
+    const uint8_t *bits = sqlite3_column_blob(st, 2);
+    int bytes = sqlite3_column_bytes(st, 3);
+    const void *fps = sqlite3_column_blob(st, 3);
+    uint32_t at = (uint32_t)((lo - s->lo) / V1_SPAN) * V1_BITS;
+    if (lo % V1_SPAN || nbits != V1_BITS || !bits || !fps || bytes % FP_BYTES ||
+        (uint32_t)bytes != bits_count(bits, V1_SPAN) * FP_BYTES) {
         snprintf(b->l->errmsg, sizeof b->l->errmsg,
                  "dedupe run %lld: its bitmap does not count its %d bytes of fingerprints "
                  "(edited?)",
                  (long long)sqlite3_column_int64(st, 0), bytes);
         return TALLY_TAMPERED;
     }
-    s->row = sqlite3_column_int64(st, 0);
-    tally_err e = fps_room(s, (uint32_t)(bytes / FP_BYTES));
-    if (e != TALLY_OK)
-        return e;
-    s->count = (uint32_t)(bytes / FP_BYTES);
-    memcpy(s->fps, fps, (size_t)bytes);
-    s->stored = true;
+    memcpy(v->bits + at, bits, V1_BITS);
+    memcpy(v->fps + (size_t)v->count * FP_BYTES, fps, (size_t)bytes);
+    v->count += (uint32_t)(bytes / FP_BYTES);
     return TALLY_OK;
 }
 
-/* Reads s's stored run, or starts it empty. */
+/* Whether a stored window is sound: its bitmap counts n ids and its content
+ * is n records of the format, nothing after them. */
+static bool window_sound(const void *bits, int nbits, int64_t n, const uint8_t *content, int len)
+{
+    uint8_t all[BITS_BYTES] = {0};
+    if (nbits < 1 || nbits > BITS_BYTES || !bits)
+        return false;
+    memcpy(all, bits, (size_t)nbits);
+    if (!content || len < 1 || content[0] != RC_VERSION || n != bits_count(all, RUN_SPAN))
+        return false;
+    rc_state st;
+    rc_init(&st);
+    size_t at = 1;
+    for (int64_t i = 0; i < n; i++) {
+        rc_rec r;
+        size_t k = rc_decode(&st, content + at, (size_t)len - at, &r);
+        if (k == 0)
+            return false;
+        at += k;
+    }
+    return at == (size_t)len;
+}
+
+tally_err runs_check_windows(tally_ledger *l, int64_t *bad_row)
+{
+    sqlite3_stmt *st;
+    *bad_row = 0;
+    tally_err e = ledger_prepare(l, "SELECT id, bits, n, content FROM dedupe_windows", &st);
+    if (e != TALLY_OK)
+        return e;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!window_sound(sqlite3_column_blob(st, 1), sqlite3_column_bytes(st, 1),
+                          sqlite3_column_int64(st, 2), sqlite3_column_blob(st, 3),
+                          sqlite3_column_bytes(st, 3))) {
+            *bad_row = sqlite3_column_int64(st, 0);
+            sqlite3_finalize(st);
+            return TALLY_TAMPERED;
+        }
+    }
+    return ledger_finish(l, st, rc);
+}
+
+/* Reads the runs of migration 15 that s's window covers, if any. */
+static tally_err v1_load(tally_batch *b, struct run_slot *s)
+{
+    sqlite3_stmt *st = b->st[ST_RUN_V1];
+    bind_key(st, s);
+    int rc;
+    tally_err e = TALLY_OK;
+    while (e == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!s->v1) {
+            size_t size = sizeof *s->v1 + (size_t)RUN_SPAN * FP_BYTES;
+            s->v1 = calloc(1, size);
+            if (!s->v1)
+                e = TALLY_NOMEM;
+            else
+                b->runs.bytes += size;
+        }
+        if (e == TALLY_OK)
+            e = take_v1(b, s, s->v1, st);
+    }
+    if (e == TALLY_OK && rc != SQLITE_DONE)
+        e = ledger_sqlite_err(b->l, rc);
+    sqlite3_reset(st);
+    return e;
+}
+
+/* Reads s's stored window, or starts it empty. */
 static tally_err slot_load(tally_batch *b, struct run_slot *s)
 {
     sqlite3_stmt *st = b->st[ST_RUN_FIND];
     bind_key(st, s);
-    int rc = sqlite3_step(st);
-    tally_err e = TALLY_OK;
+    tally_err e = content_room(&b->runs, s, ENC_FIRST);
     s->stored = s->dirty = false;
-    s->count = 0;
+    s->count = s->top = 0;
     memset(s->bits, 0, sizeof s->bits);
+    s->len = 1;
+    rc_init(&s->coder);
+    if (s->content)
+        s->content[0] = RC_VERSION;
+    int rc = e == TALLY_OK ? sqlite3_step(st) : SQLITE_DONE;
     if (rc == SQLITE_ROW)
         e = take_row(b, s, st);
     else if (rc != SQLITE_DONE)
         e = ledger_sqlite_err(b->l, rc);
     sqlite3_reset(st);
+    if (s->v1)
+        memset(s->v1, 0, sizeof *s->v1); /* no run read yet (its fingerprints are unused) */
+    if (e == TALLY_OK && b->runs_legacy)
+        e = v1_load(b, s);
     return e;
 }
 
@@ -211,7 +418,7 @@ static tally_err slots_grow(runs_cache *c)
     struct run_slot *v = realloc(c->slots, cap * sizeof *v);
     if (!v)
         return TALLY_NOMEM;
-    memset(v + c->cap, 0, (cap - c->cap) * sizeof *v); /* no fingerprints yet */
+    memset(v + c->cap, 0, (cap - c->cap) * sizeof *v); /* no content yet */
     c->slots = v;
     c->cap = cap;
     tally_err e = idx_table_reserve(&c->index, cap);
@@ -225,10 +432,30 @@ static tally_err slots_grow(runs_cache *c)
     return TALLY_OK;
 }
 
-/* The slot of (src, k)'s run, read when this commit has not used it yet. */
+/* Lets go of every slot's memory (they are forgotten). */
+static void slots_release(runs_cache *c)
+{
+    for (size_t i = 0; i < c->cap; i++) {
+        free(c->slots[i].content);
+        free(c->slots[i].v1);
+        c->slots[i].content = NULL;
+        c->slots[i].v1 = NULL;
+        c->slots[i].cap = 0;
+    }
+    c->bytes = 0;
+}
+
+/* The slot of (src, k)'s window, read when this commit has not used it yet. */
 static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct run_slot **out)
 {
     runs_cache *c = &b->runs;
+    if (c->bytes > BYTES_MAX) { /* written, forgotten and let go */
+        tally_err e = runs_flush(b);
+        runs_forget(b);
+        slots_release(c);
+        if (e != TALLY_OK)
+            return e;
+    }
     int64_t lo = k->n - k->n % RUN_SPAN;
     uint64_t h[2];
     tally_hash128(k->prefix, k->prefix_len,
@@ -272,24 +499,14 @@ static uint64_t fp_get(const uint8_t *p)
     return v;
 }
 
-/* Records fp for slot k of s, keeping the fingerprints in the order of n. */
-static tally_err fp_insert(struct run_slot *s, uint32_t k, uint64_t fp)
+/* An id a run of migration 15 holds: judged by its fingerprint. */
+static tally_event_result v1_judge(const struct v1_runs *v, uint32_t k, uint64_t fingerprint)
 {
-    tally_err e = fps_room(s, s->count + 1);
-    if (e != TALLY_OK)
-        return e;
-    uint32_t at = bits_count(s->bits, k);
-    uint8_t *p = s->fps + (size_t)at * FP_BYTES;
-    memmove(p + FP_BYTES, p, (size_t)(s->count - at) * FP_BYTES);
-    for (int i = FP_BYTES - 1; i >= 0; i--, fp >>= 8)
-        p[i] = (uint8_t)fp;
-    s->bits[k / 8] |= (uint8_t)(1u << (k % 8));
-    s->count++;
-    s->dirty = true;
-    return TALLY_OK;
+    uint64_t stored = fp_get(v->fps + (size_t)bits_count(v->bits, k) * FP_BYTES);
+    return stored == (fingerprint & FP_MASK) ? TALLY_RESULT_DUPLICATE : TALLY_RESULT_CONFLICT;
 }
 
-tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fingerprint,
+tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, const tally_event *ev,
                       tally_event_result *res)
 {
     struct run_slot *s;
@@ -297,15 +514,30 @@ tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fi
     if (e != TALLY_OK)
         return e;
     uint32_t slot = (uint32_t)(k->n - s->lo);
-    uint64_t fp = fingerprint & FP_MASK;
-    if (s->bits[slot / 8] & (1u << (slot % 8))) {
-        uint64_t stored = fp_get(s->fps + (size_t)bits_count(s->bits, slot) * FP_BYTES);
-        *res = stored == fp ? TALLY_RESULT_DUPLICATE : TALLY_RESULT_CONFLICT;
+    if (s->v1 && bit_set(s->v1->bits, slot)) {
+        *res = v1_judge(s->v1, slot, ev->fingerprint);
         return TALLY_OK;
     }
-    e = fp_insert(s, slot, fp);
+    rc_rec r = {ev->untimed & RC_HASH_MASK, ev->time_s};
+    if (bit_set(s->bits, slot)) {
+        rc_rec stored;
+        e = content_walk(b, s, bits_count(s->bits, slot), NULL, &stored);
+        if (e == TALLY_OK)
+            *res = stored.hash == r.hash && stored.t == r.t ? TALLY_RESULT_DUPLICATE
+                                                            : TALLY_RESULT_CONFLICT;
+        return e;
+    }
+    e = slot >= s->top ? content_append(&b->runs, s, &r)
+                       : content_insert(b, s, bits_count(s->bits, slot), &r);
+    if (e != TALLY_OK)
+        return e;
+    s->bits[slot / 8] |= (uint8_t)(1u << (slot % 8));
+    s->count++;
+    if (slot >= s->top)
+        s->top = slot + 1;
+    s->dirty = true;
     *res = TALLY_RESULT_ACCEPTED;
-    return e;
+    return TALLY_OK;
 }
 
 tally_err runs_flush(tally_batch *b)
@@ -324,7 +556,7 @@ void runs_keep_recent(tally_batch *b)
     for (size_t i = 0; i < c->n; i++) {
         if (c->slots[i].used_in != c->commit_no)
             continue;
-        if (i != k) { /* a swap: the dropped slot's fingerprint room is reused */
+        if (i != k) { /* a swap: the dropped slot's memory is reused */
             struct run_slot t = c->slots[k];
             c->slots[k] = c->slots[i];
             c->slots[i] = t;
@@ -351,8 +583,8 @@ void runs_forget(tally_batch *b)
 
 void runs_free(tally_batch *b)
 {
-    for (size_t i = 0; i < b->runs.cap; i++)
-        free(b->runs.slots[i].fps);
+    if (b->runs.slots)
+        slots_release(&b->runs);
     free(b->runs.slots);
     idx_table_free(&b->runs.index);
     b->runs = (runs_cache){0};

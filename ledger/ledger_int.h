@@ -461,6 +461,7 @@ enum batch_stmt {
     ST_RUN_FIND,
     ST_RUN_INS,
     ST_RUN_UPD,
+    ST_RUN_V1,
     ST_QUARANTINE,
     ST_IV_INS,
     ST_IV_UPD,
@@ -487,32 +488,38 @@ typedef struct runs_id {
     int64_t n;
 } runs_id;
 
-/* The runs one commit has used (dedupe_runs.c). */
+/* The dedupe windows one commit has used (dedupe_runs.c). */
 typedef struct runs_cache {
     struct run_slot *slots;
     size_t n, cap;
+    size_t bytes;       /* content and legacy runs the slots hold, in all */
     uint64_t commit_no; /* counts the commits that used them */
     idx_table index;
 } runs_cache;
 
 /* Whether the id (len bytes) ends in 4 to 18 decimal digits; fills *out. */
 bool runs_split(const char *id, size_t len, runs_id *out);
-/* Checks and records (src, k): *res is ACCEPTED (recorded in memory until
- * runs_flush), DUPLICATE or CONFLICT (the stored low 48 bits of the
- * fingerprint differ). Errors: TALLY_DB, TALLY_TAMPERED (a stored run is
- * malformed), TALLY_NOMEM. */
-tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, uint64_t fingerprint,
+/* Checks and records (src, k) for ev: *res is ACCEPTED (recorded in memory
+ * until runs_flush), DUPLICATE (the same content and time) or CONFLICT
+ * (another; for an id a run of migration 15 holds, another fingerprint).
+ * Errors: TALLY_DB, TALLY_TAMPERED (a stored window or run is malformed),
+ * TALLY_NOMEM. */
+tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, const tally_event *ev,
                       tally_event_result *res);
-/* Writes the runs this commit changed; they stay held, as stored. */
+/* Writes the windows this commit changed; they stay held, as stored. */
 tally_err runs_flush(tally_batch *b);
 /* Forgets them without writing (the commit rolled back, or another writer
  * may have changed them). */
 void runs_forget(tally_batch *b);
-/* Before a commit that uses the held runs again: keeps only those the last
- * commit used (a source's finished windows are let go, so the runs held
- * follow the sources that report, not the stream's length). */
+/* Before a commit that uses the held windows again: keeps only those the
+ * last commit used (a source's finished windows are let go, so the windows
+ * held follow the sources that report, not the stream's length). */
 void runs_keep_recent(tally_batch *b);
 void runs_free(tally_batch *b);
+/* tally verify: every dedupe window's bitmap counts its n ids and its
+ * content holds n records. TALLY_TAMPERED names the first that does not in
+ * *bad_row. Errors: TALLY_DB. */
+tally_err runs_check_windows(tally_ledger *l, int64_t *bad_row);
 
 struct tally_batch {
     tally_ledger *l;
@@ -554,6 +561,9 @@ struct tally_batch {
     /* The ledger held dedupe keys before migration 15: ids of the run form
      * may be in the dedupe table too (meta dedupe_legacy). */
     bool dedupe_legacy;
+    /* The ledger has runs of migration 15 (meta dedupe_runs_legacy): a
+     * window is read with the runs it covers. */
+    bool runs_legacy;
     /* Set for the second attempt of a commit whose first one found a stored
      * per-second sum that would overflow: agg_point then reads each second's
      * stored qty, so the one event that does not fit is quarantined. */

@@ -61,6 +61,7 @@ static void set_fingerprint(tally_event *ev)
                      (long long)ev->weight, ev->account, ev->resource, ev->dim, ev->dim2);
     tally_hash128(buf, (size_t)n, 7, h);
     ev->fingerprint = h[0];
+    ev->untimed = tally_event_content_hash(ev, false);
 }
 
 static tally_event accel(const char *id, const char *instance, const char *sku, tally_pricing p,

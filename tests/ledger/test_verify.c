@@ -453,9 +453,9 @@ static void test_failure_order(void **state)
 /* A row that breaks a CHECK constraint, which integrity_check (the first
  * check, also on the second connection) reports. */
 #define BREAK_CHECK                                                                                \
-    "PRAGMA ignore_check_constraints = ON; INSERT INTO dedupe_runs(src, prefix, width, lo, bits, " \
-    "fps) VALUES (1, x'68', 99, 0, zeroblob(20), zeroblob(6)); PRAGMA ignore_check_constraints = " \
-    "OFF;"
+    "PRAGMA ignore_check_constraints = ON; INSERT INTO dedupe_windows(src, prefix, width, lo, "    \
+    "bits, n, content) VALUES (1, x'68', 99, 0, zeroblob(60), 1, zeroblob(8)); PRAGMA "            \
+    "ignore_check_constraints = OFF;"
 
 /* On a ledger file the integrity and chain checks run on a second
  * connection at the same snapshot while the others run on the first: the
