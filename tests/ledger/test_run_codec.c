@@ -61,13 +61,13 @@ static int64_t next_time(uint64_t *s, int64_t t)
     case 0:
         return t;
     case 1:
-        return t - (int64_t)(rnd(s) % 100000);
+        return (int64_t)((uint64_t)t - rnd(s) % 100000); /* wraps at the extremes */
     case 2:
         return (int64_t)rnd(s);
     case 3:
         return rnd(s) % 2 ? INT64_MAX : INT64_MIN;
     default:
-        return t + 10;
+        return (int64_t)((uint64_t)t + 10);
     }
 }
 
