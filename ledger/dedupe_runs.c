@@ -10,12 +10,13 @@
  * (hashed without the time) and its time are those recorded, and a
  * conflict otherwise.
  *
- * Within a commit the batch keeps every window it used (run_slot): an id is
- * checked and recorded in memory, and each changed window is written once
- * when the commit ends. A source whose ids count up therefore costs one row
- * write per commit and window of 480 ids, instead of a row per event. An id
- * above every one its window holds (the usual case) appends a record; one
- * below codes the window again. The windows stay held after a commit, as
+ * Within a commit the batch keeps every window it used (run_slot), its
+ * records decoded in the order of n: an id is checked and recorded in
+ * memory, and each changed window is coded and written once when the commit
+ * ends. A source whose ids count up therefore costs one row write per
+ * commit and window of 480 ids, instead of a row per event, and ids that
+ * arrive out of order (a host's instances spread over partitions) cost no
+ * more than others. The windows stay held after a commit, as
  * written, and the next commit uses them without reading them again, but
  * only if nothing but this batch wrote in between (batch_commit.c,
  * runs_session: the same test as the balance cache's); a rolled-back commit
@@ -38,17 +39,17 @@
 #define V1_BITS    (V1_SPAN / 8)
 #define FP_BYTES   6
 #define FP_MASK    ((UINT64_C(1) << (8 * FP_BYTES)) - 1)
-#define ENC_FIRST  64                          /* bytes of content a slot has room for at first */
+#define RECS_FIRST 8                           /* records a slot has room for at first */
 #define ENC_MAX    (1 + RUN_SPAN * RC_REC_MAX) /* a full window at its largest: 8,161 bytes */
+_Static_assert(ENC_MAX == sizeof((runs_cache *)0)->code, "runs_cache.code holds a window");
 /* Windows kept in memory by one commit, in an array that doubles from
  * SLOTS_FIRST as the commit's sources need. A commit needs a slot per
  * source and window it sees: with 4,096, a commit over 20,000 hosts wrote
  * and read each run again every few events (a third of ingest's CPU). When
  * SLOTS_MAX are held, or their contents pass BYTES_MAX, they are written
  * and forgotten (the next use of one reads it again). A slot is about
- * 600 bytes and its content (64 bytes at first, doubling as it fills; about
- * a byte a record for a host's reports, 7 to 8 for content seen once), so
- * a batch holds at most about 40 + 64 MB. */
+ * 250 bytes and 16 bytes a record (room for 8 at first, doubling as it
+ * fills), so a batch holds at most about 16 + 64 MB. */
 #define SLOTS_FIRST 256
 #define SLOTS_MAX   65536
 #define BYTES_MAX   ((size_t)64 << 20)
@@ -75,9 +76,8 @@ struct run_slot {
     uint8_t prefix_len;
     char prefix[TALLY_ID_MAX];
     uint8_t bits[BITS_BYTES];
-    rc_state coder;     /* after the last record */
-    uint32_t len, cap;  /* content bytes held, room for */
-    uint8_t *content;   /* RC_VERSION, then the records; kept when the slot is reused */
+    uint32_t cap;       /* records recs has room for */
+    rc_rec *recs;       /* the ids' records in the order of n; kept when the slot is reused */
     struct v1_runs *v1; /* NULL: no run of migration 15 in the window */
 };
 
@@ -127,36 +127,6 @@ static void bind_key(sqlite3_stmt *st, const struct run_slot *s)
     sqlite3_bind_int64(st, 4, s->lo);
 }
 
-/* Writes s's window if this commit changed it. */
-static tally_err slot_write(tally_batch *b, struct run_slot *s)
-{
-    if (!s->dirty)
-        return TALLY_OK;
-    sqlite3_stmt *st = b->st[s->stored ? ST_RUN_UPD : ST_RUN_INS];
-    bind_key(st, s);
-    int nbits = BITS_BYTES; /* without its zero bytes at the end */
-    while (nbits > 1 && !s->bits[nbits - 1])
-        nbits--;
-    sqlite3_bind_blob(st, 5, s->bits, nbits, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 6, s->count);
-    sqlite3_bind_blob(st, 7, s->content, (int)s->len, SQLITE_STATIC);
-    if (s->stored)
-        sqlite3_bind_int64(st, 8, s->row);
-    tally_err e = batch_step(b, st);
-    if (e == TALLY_OK && sqlite3_changes(b->l->db) != 1) {
-        snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe window at %lld %s", (long long)s->lo,
-                 s->stored ? "vanished" : "already stored");
-        e = TALLY_TAMPERED;
-    }
-    if (e == TALLY_OK && !s->stored)
-        s->row = sqlite3_last_insert_rowid(b->l->db);
-    if (e == TALLY_OK) {
-        s->stored = true;
-        s->dirty = false;
-    }
-    return e;
-}
-
 /* The bits set in bits[0 .. upto / 8] below bit upto, a word at a time. */
 static uint32_t bits_count(const uint8_t *bits, uint32_t upto)
 {
@@ -178,82 +148,91 @@ static bool bit_set(const uint8_t *bits, uint32_t k)
     return bits[k / 8] & (1u << (k % 8));
 }
 
-/* Room in s for need bytes of content (at most ENC_MAX). */
-static tally_err content_room(runs_cache *c, struct run_slot *s, uint32_t need)
+/* Room in s for need records (at most RUN_SPAN). */
+static tally_err recs_room(runs_cache *c, struct run_slot *s, uint32_t need)
 {
     if (need <= s->cap)
         return TALLY_OK;
-    if (need > ENC_MAX)
-        return TALLY_RANGE; /* never: a window holds at most RUN_SPAN records */
-    uint32_t cap = s->cap ? s->cap : ENC_FIRST;
+    if (need > RUN_SPAN)
+        return TALLY_RANGE; /* never: a window holds at most RUN_SPAN ids */
+    uint32_t cap = s->cap ? s->cap : RECS_FIRST;
     while (cap < need)
         cap *= 2;
-    if (cap > ENC_MAX)
-        cap = ENC_MAX;
-    uint8_t *p = realloc(s->content, cap);
+    if (cap > RUN_SPAN)
+        cap = RUN_SPAN;
+    rc_rec *p = realloc(s->recs, cap * sizeof *p);
     if (!p)
         return TALLY_NOMEM;
-    c->bytes += cap - s->cap;
-    s->content = p;
+    c->bytes += (cap - s->cap) * sizeof *p;
+    s->recs = p;
     s->cap = cap;
     return TALLY_OK;
 }
 
-/* Decodes s's records up to (and with) the one of rank `upto`: into *last,
- * or all of them into recs (upto == s->count) and the coder's state into
- * s->coder. Errors: TALLY_TAMPERED (not count records of the format). */
-static tally_err content_walk(tally_batch *b, struct run_slot *s, uint32_t upto, rc_rec *recs,
-                              rc_rec *last)
+/* Codes s's records into out (room for ENC_MAX bytes); returns its length. */
+static size_t content_code(const struct run_slot *s, uint8_t *out)
 {
     rc_state st;
     rc_init(&st);
-    size_t at = 1;
-    bool ok = s->len >= 1 && s->content[0] == RC_VERSION;
-    for (uint32_t i = 0; ok && i < s->count && i <= upto; i++) {
-        rc_rec r;
-        size_t n = rc_decode(&st, s->content + at, s->len - at, &r);
-        ok = n > 0;
-        at += n;
-        if (recs)
-            recs[i] = r;
-        if (i == upto && last)
-            *last = r;
-    }
-    if (ok && upto >= s->count && at != s->len)
-        ok = false; /* bytes after the last record */
-    if (!ok) {
-        snprintf(b->l->errmsg, sizeof b->l->errmsg,
-                 "dedupe window %lld: its content does not hold its %u ids (edited?)",
-                 (long long)s->row, s->count);
-        return TALLY_TAMPERED;
-    }
-    if (upto >= s->count)
-        s->coder = st;
-    return TALLY_OK;
+    size_t len = 1;
+    out[0] = RC_VERSION;
+    for (uint32_t i = 0; i < s->count; i++)
+        len += rc_encode(&st, &s->recs[i], out + len);
+    return len;
 }
 
-/* Codes r after s's last record. */
-static tally_err content_append(runs_cache *c, struct run_slot *s, const rc_rec *r)
+/* Decodes a stored content of s->count records into s->recs. Errors:
+ * TALLY_TAMPERED (not that many records of the format), TALLY_NOMEM. */
+static tally_err content_take(tally_batch *b, struct run_slot *s, const uint8_t *p, size_t len)
 {
-    tally_err e = content_room(c, s, s->len + RC_REC_MAX);
-    if (e == TALLY_OK)
-        s->len += (uint32_t)rc_encode(&s->coder, r, s->content + s->len);
-    return e;
-}
-
-/* Codes s's window again, with r inserted at rank `at`. */
-static tally_err content_insert(tally_batch *b, struct run_slot *s, uint32_t at, const rc_rec *r)
-{
-    rc_rec recs[RUN_SPAN];
-    tally_err e = content_walk(b, s, s->count, recs, NULL);
+    tally_err e = recs_room(&b->runs, s, s->count);
     if (e != TALLY_OK)
         return e;
-    memmove(&recs[at + 1], &recs[at], (s->count - at) * sizeof recs[0]);
-    recs[at] = *r;
-    s->len = 1;
-    rc_init(&s->coder);
-    for (uint32_t i = 0; e == TALLY_OK && i <= s->count; i++)
-        e = content_append(&b->runs, s, &recs[i]);
+    rc_state st;
+    rc_init(&st);
+    size_t at = 1;
+    bool ok = len >= 1 && p[0] == RC_VERSION;
+    for (uint32_t i = 0; ok && i < s->count; i++) {
+        size_t n = rc_decode(&st, p + at, len - at, &s->recs[i]);
+        ok = n > 0;
+        at += n;
+    }
+    if (ok && at == len)
+        return TALLY_OK;
+    snprintf(b->l->errmsg, sizeof b->l->errmsg,
+             "dedupe window %lld: its content does not hold its %u ids (edited?)",
+             (long long)s->row, s->count);
+    return TALLY_TAMPERED;
+}
+
+/* Writes s's window if this commit changed it. */
+static tally_err slot_write(tally_batch *b, struct run_slot *s)
+{
+    if (!s->dirty)
+        return TALLY_OK;
+    sqlite3_stmt *st = b->st[s->stored ? ST_RUN_UPD : ST_RUN_INS];
+    bind_key(st, s);
+    int nbits = BITS_BYTES; /* without its zero bytes at the end */
+    while (nbits > 1 && !s->bits[nbits - 1])
+        nbits--;
+    sqlite3_bind_blob(st, 5, s->bits, nbits, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, s->count);
+    size_t len = content_code(s, b->runs.code);
+    sqlite3_bind_blob(st, 7, b->runs.code, (int)len, SQLITE_STATIC);
+    if (s->stored)
+        sqlite3_bind_int64(st, 8, s->row);
+    tally_err e = batch_step(b, st);
+    if (e == TALLY_OK && sqlite3_changes(b->l->db) != 1) {
+        snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe window at %lld %s", (long long)s->lo,
+                 s->stored ? "vanished" : "already stored");
+        e = TALLY_TAMPERED;
+    }
+    if (e == TALLY_OK && !s->stored)
+        s->row = sqlite3_last_insert_rowid(b->l->db);
+    if (e == TALLY_OK) {
+        s->stored = true;
+        s->dirty = false;
+    }
     return e;
 }
 
@@ -276,14 +255,9 @@ static tally_err take_row(tally_batch *b, struct run_slot *s, sqlite3_stmt *st)
                  (long long)s->row, (long long)n);
         return TALLY_TAMPERED;
     }
-    tally_err e = content_room(&b->runs, s, (uint32_t)bytes);
-    if (e != TALLY_OK)
-        return e;
-    memcpy(s->content, content, (size_t)bytes);
-    s->len = (uint32_t)bytes;
     s->count = (uint32_t)n;
     s->stored = true;
-    e = content_walk(b, s, s->count, NULL, NULL);
+    tally_err e = content_take(b, s, content, (size_t)bytes);
     for (uint32_t k = RUN_SPAN; e == TALLY_OK && k > 0 && !s->top; k--)
         if (bit_set(s->bits, k - 1))
             s->top = k;
@@ -388,15 +362,11 @@ static tally_err slot_load(tally_batch *b, struct run_slot *s)
 {
     sqlite3_stmt *st = b->st[ST_RUN_FIND];
     bind_key(st, s);
-    tally_err e = content_room(&b->runs, s, ENC_FIRST);
+    tally_err e = TALLY_OK;
     s->stored = s->dirty = false;
     s->count = s->top = 0;
     memset(s->bits, 0, sizeof s->bits);
-    s->len = 1;
-    rc_init(&s->coder);
-    if (s->content)
-        s->content[0] = RC_VERSION;
-    int rc = e == TALLY_OK ? sqlite3_step(st) : SQLITE_DONE;
+    int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         e = take_row(b, s, st);
     else if (rc != SQLITE_DONE)
@@ -436,9 +406,9 @@ static tally_err slots_grow(runs_cache *c)
 static void slots_release(runs_cache *c)
 {
     for (size_t i = 0; i < c->cap; i++) {
-        free(c->slots[i].content);
+        free(c->slots[i].recs);
         free(c->slots[i].v1);
-        c->slots[i].content = NULL;
+        c->slots[i].recs = NULL;
         c->slots[i].v1 = NULL;
         c->slots[i].cap = 0;
     }
@@ -515,22 +485,22 @@ tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, const tally
         return e;
     uint32_t slot = (uint32_t)(k->n - s->lo);
     if (s->v1 && bit_set(s->v1->bits, slot)) {
-        *res = v1_judge(s->v1, slot, ev->fingerprint);
+        *res = v1_judge(s->v1, slot, tally_event_fingerprint(ev));
         return TALLY_OK;
     }
     rc_rec r = {ev->untimed & RC_HASH_MASK, ev->time_s};
+    uint32_t rank = slot >= s->top ? s->count : bits_count(s->bits, slot);
     if (bit_set(s->bits, slot)) {
-        rc_rec stored;
-        e = content_walk(b, s, bits_count(s->bits, slot), NULL, &stored);
-        if (e == TALLY_OK)
-            *res = stored.hash == r.hash && stored.t == r.t ? TALLY_RESULT_DUPLICATE
-                                                            : TALLY_RESULT_CONFLICT;
-        return e;
+        const rc_rec *stored = &s->recs[rank];
+        *res = stored->hash == r.hash && stored->t == r.t ? TALLY_RESULT_DUPLICATE
+                                                          : TALLY_RESULT_CONFLICT;
+        return TALLY_OK;
     }
-    e = slot >= s->top ? content_append(&b->runs, s, &r)
-                       : content_insert(b, s, bits_count(s->bits, slot), &r);
+    e = recs_room(&b->runs, s, s->count + 1);
     if (e != TALLY_OK)
         return e;
+    memmove(&s->recs[rank + 1], &s->recs[rank], (s->count - rank) * sizeof s->recs[0]);
+    s->recs[rank] = r;
     s->bits[slot / 8] |= (uint8_t)(1u << (slot % 8));
     s->count++;
     if (slot >= s->top)

@@ -492,9 +492,10 @@ typedef struct runs_id {
 typedef struct runs_cache {
     struct run_slot *slots;
     size_t n, cap;
-    size_t bytes;       /* content and legacy runs the slots hold, in all */
+    size_t bytes;       /* records and legacy runs the slots hold, in all */
     uint64_t commit_no; /* counts the commits that used them */
     idx_table index;
+    uint8_t code[1 + 480 * 17]; /* one window's content as written (ENC_MAX) */
 } runs_cache;
 
 /* Whether the id (len bytes) ends in 4 to 18 decimal digits; fills *out. */

@@ -29,9 +29,11 @@ static void to_front(rc_state *s, uint32_t j)
     }
     if (j >= RC_MRU)
         j = RC_MRU - 1;
-    memmove(&s->hash[1], &s->hash[0], j * sizeof s->hash[0]);
-    memmove(&s->last_t[1], &s->last_t[0], j * sizeof s->last_t[0]);
-    memmove(&s->step[1], &s->step[0], j * sizeof s->step[0]);
+    for (; j > 0; j--) { /* a loop, not memmove: j is small and usually 0 to 3 */
+        s->hash[j] = s->hash[j - 1];
+        s->last_t[j] = s->last_t[j - 1];
+        s->step[j] = s->step[j - 1];
+    }
     s->hash[0] = h;
     s->last_t[0] = t;
     s->step[0] = step;
