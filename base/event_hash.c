@@ -1,9 +1,10 @@
 /* An event's identity and content hashes (tally/event.h).
  *
- * The key and the fingerprint are stored in the ledger, so their input
- * layout and seeds are part of the ledger format and must never change. The
- * content hash without the time is what a dedupe window keeps per id
- * (ledger/run_codec.c), beside the time itself. */
+ * The key, the fingerprint and the content hash without the time are stored
+ * in the ledger, so their input layout and seeds are part of the ledger
+ * format and must never change. The fingerprint is what a row of the
+ * dedupe table keeps; the hash without the time is what a dedupe window
+ * keeps per id (ledger/run_codec.c), beside the time itself. */
 #include <string.h>
 
 #include "tally/event.h"
@@ -34,15 +35,16 @@ static size_t put_str(unsigned char *p, const char *s, size_t cap)
     return n + 1;
 }
 
-/* Packs every decoded field but id, source and time into buf; returns its
- * length. The time goes after the first 3 bytes (TIME_AT) when hashed. */
-#define TIME_AT 3
-static size_t pack_untimed(const tally_event *ev, unsigned char *buf)
+/* Packs every decoded field but id, source and key into buf, the time
+ * (with_time) after the first 3 bytes; returns the length. */
+static size_t pack_content(const tally_event *ev, bool with_time, unsigned char *buf)
 {
     buf[0] = (unsigned char)ev->meter;
     buf[1] = (unsigned char)ev->pricing;
     buf[2] = ev->migration;
-    size_t n = TIME_AT;
+    size_t n = 3;
+    if (with_time)
+        n += put_u64(buf + n, (uint64_t)ev->time_s);
     n += put_u64(buf + n, (uint64_t)ev->seconds);
     n += put_u64(buf + n, (uint64_t)ev->weight);
     n += put_str(buf + n, ev->account, sizeof ev->account);
@@ -52,32 +54,30 @@ static size_t pack_untimed(const tally_event *ev, unsigned char *buf)
     return n;
 }
 
-/* Hashes buf (n bytes, packed by pack_untimed, room for 8 more): without
- * the time into *untimed, then with it, moving the bytes after TIME_AT. */
-static uint64_t hash_both(const tally_event *ev, unsigned char *buf, size_t n, uint64_t *untimed)
+static uint64_t content_hash(const tally_event *ev, bool with_time)
 {
+    unsigned char buf[4 * TALLY_NAME_MAX + 64];
     uint64_t h[2];
-    tally_hash128(buf, n, UNTIMED_SEED, h);
-    *untimed = h[0];
-    memmove(buf + TIME_AT + 8, buf + TIME_AT, n - TIME_AT);
-    put_u64(buf + TIME_AT, (uint64_t)ev->time_s);
-    tally_hash128(buf, n + 8, FINGERPRINT_SEED, h);
+    tally_hash128(buf, pack_content(ev, with_time, buf),
+                  with_time ? FINGERPRINT_SEED : UNTIMED_SEED, h);
     return h[0];
 }
 
-uint64_t tally_event_content_hash(const tally_event *ev, bool with_time)
+uint64_t tally_event_fingerprint(const tally_event *ev)
 {
-    unsigned char buf[4 * TALLY_NAME_MAX + 64];
-    uint64_t untimed;
-    uint64_t timed = hash_both(ev, buf, pack_untimed(ev, buf), &untimed);
-    return with_time ? timed : untimed;
+    return content_hash(ev, true);
+}
+
+uint64_t tally_event_untimed_hash(const tally_event *ev)
+{
+    return content_hash(ev, false);
 }
 
 void tally_event_identify(tally_event *ev)
 {
-    unsigned char buf[4 * TALLY_NAME_MAX + 64];
+    unsigned char buf[2 * TALLY_ID_MAX];
     size_t n = put_str(buf, ev->source, sizeof ev->source);
     n += put_str(buf + n, ev->id, sizeof ev->id);
     tally_hash128(buf, n, KEY_SEED, ev->key);
-    ev->fingerprint = hash_both(ev, buf, pack_untimed(ev, buf), &ev->untimed);
+    ev->untimed = tally_event_untimed_hash(ev);
 }

@@ -195,8 +195,7 @@ static void fill_event(bench *b, int64_t i, tally_event *ev)
     snprintf(ev->account, sizeof ev->account, "acct-%d", inst % 50);
     snprintf(ev->resource, sizeof ev->resource, "i-%05d", inst);
     snprintf(ev->dim, sizeof ev->dim, "h100");
-    ev->fingerprint = (uint64_t)i * 0x9e3779b97f4a7c15ull;
-    ev->untimed = tally_event_content_hash(ev, false);
+    ev->untimed = tally_event_untimed_hash(ev);
 }
 
 static int format_message(bench *b, int64_t i, char *buf, size_t cap)

@@ -113,8 +113,9 @@ static tally_err key_lookup(tally_batch *b, const tally_event *ev, int64_t src, 
     int rc = sqlite3_step(st);
     *found = rc == SQLITE_ROW;
     if (*found)
-        *res = (uint64_t)sqlite3_column_int64(st, 0) == ev->fingerprint ? TALLY_RESULT_DUPLICATE
-                                                                        : TALLY_RESULT_CONFLICT;
+        *res = (uint64_t)sqlite3_column_int64(st, 0) == tally_event_fingerprint(ev)
+                   ? TALLY_RESULT_DUPLICATE
+                   : TALLY_RESULT_CONFLICT;
     sqlite3_reset(st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? TALLY_OK : ledger_sqlite_err(b->l, rc);
 }
@@ -127,7 +128,7 @@ static tally_err key_dedupe(tally_batch *b, const tally_event *ev, int64_t src,
     sqlite3_stmt *st = b->st[ST_DEDUPE_INS];
     sqlite3_bind_int64(st, 1, src);
     sqlite3_bind_blob(st, 2, ev->id, (int)strlen(ev->id), SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, (int64_t)ev->fingerprint);
+    sqlite3_bind_int64(st, 3, (int64_t)tally_event_fingerprint(ev));
     tally_err e = batch_step(b, st);
     if (e != TALLY_OK)
         return e;

@@ -51,17 +51,10 @@ static void query_str(tally_ledger *l, const char *sql, char out[256])
 
 /* ---- Building events ---------------------------------------------------- */
 
-/* A content fingerprint for hand-made events (the decoder has its own). */
+/* What the decoder sets for an event (hand-made events need it too). */
 static void set_fingerprint(tally_event *ev)
 {
-    char buf[512];
-    uint64_t h[2];
-    int n = snprintf(buf, sizeof buf, "%d|%d|%d|%lld|%lld|%lld|%s|%s|%s|%s", ev->meter, ev->pricing,
-                     ev->migration, (long long)ev->time_s, (long long)ev->seconds,
-                     (long long)ev->weight, ev->account, ev->resource, ev->dim, ev->dim2);
-    tally_hash128(buf, (size_t)n, 7, h);
-    ev->fingerprint = h[0];
-    ev->untimed = tally_event_content_hash(ev, false);
+    tally_event_identify(ev);
 }
 
 static tally_event accel(const char *id, const char *instance, const char *sku, tally_pricing p,

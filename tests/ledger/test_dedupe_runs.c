@@ -48,12 +48,7 @@ static tally_event event(const char *source, const char *id, int v)
     snprintf(ev.account, sizeof ev.account, "acme");
     snprintf(ev.resource, sizeof ev.resource, "i-1");
     snprintf(ev.dim, sizeof ev.dim, "h100");
-    uint64_t h[2];
-    char buf[300];
-    int n = snprintf(buf, sizeof buf, "%s|%s|%d", source, id, v);
-    tally_hash128(buf, (size_t)n, 7, h);
-    ev.fingerprint = h[0];
-    ev.untimed = tally_event_content_hash(&ev, false);
+    tally_event_identify(&ev);
     return ev;
 }
 
@@ -515,7 +510,7 @@ static void test_legacy_keys(void **state)
              "DROP VIEW dedupe_keys; DROP TABLE dedupe_windows; DROP TABLE dedupe_runs; DELETE "
              "FROM meta WHERE key IN ('dedupe_legacy', 'dedupe_runs_legacy'); PRAGMA "
              "user_version = 14",
-             (long long)h[0], (long long)old.fingerprint);
+             (long long)h[0], (long long)tally_event_fingerprint(&old));
     assert_int_equal(tally_ledger_exec(l, sql), TALLY_OK);
     tally_ledger_close(l);
     /* Opening it applies migration 15, which marks it. */
@@ -563,8 +558,8 @@ static void test_legacy_runs(void **state)
              "INSERT INTO dedupe_runs(src, prefix, width, lo, bits, fps) VALUES (%lld, "
              "CAST('r-' AS BLOB), 4, 160, x'0204000000000000000000000000000000000000', "
              "x'%012llX%012llX'); PRAGMA user_version = 15",
-             (long long)h[0], (unsigned long long)(a.fingerprint & 0xFFFFFFFFFFFFULL),
-             (unsigned long long)(c.fingerprint & 0xFFFFFFFFFFFFULL));
+             (long long)h[0], (unsigned long long)(tally_event_fingerprint(&a) & 0xFFFFFFFFFFFFULL),
+             (unsigned long long)(tally_event_fingerprint(&c) & 0xFFFFFFFFFFFFULL));
     assert_int_equal(tally_ledger_exec(l, sql), TALLY_OK);
     tally_ledger_close(l);
     char why[256] = "";

@@ -66,10 +66,8 @@ typedef struct tally_event {
     char dim[TALLY_NAME_MAX];      /* sku, storage class, traffic scope, token model */
     char dim2[16];                 /* traffic direction or token kind; else "" */
     uint64_t key[2];               /* 128-bit hash of (source, id): the dedupe key */
-    uint64_t fingerprint;          /* hash of the decoded content (all fields above
-                                      except id/source/key): equal content, equal value */
-    uint64_t untimed;              /* the same without time_s (a dedupe window keeps it
-                                      beside the time) */
+    uint64_t untimed;              /* tally_event_untimed_hash: what a dedupe window
+                                      keeps of the content, beside time_s */
 } tally_event;
 
 /* Why an event was rejected. `reason` is stable and machine-readable:
@@ -135,12 +133,14 @@ TALLY_MUST_CHECK tally_err tally_pricing_from_name(const char *s, tally_pricing 
  * fingerprints. Stable across versions and machines: stored in the ledger. */
 void tally_hash128(const void *data, size_t len, uint64_t seed, uint64_t out[2]);
 
-/* Sets ev->key (the hash of source and id), ev->fingerprint and
- * ev->untimed (tally_event_content_hash(ev, true) and (ev, false)). The
- * decoder calls it; code that builds events by hand must set the three. */
+/* Sets ev->key (the hash of source and id) and ev->untimed. The decoder
+ * calls it; code that builds events by hand must set both. */
 void tally_event_identify(tally_event *ev);
-/* The 64-bit hash of every decoded field except id and source, with or
- * without time_s. Both are stored in the ledger and never change. */
-uint64_t tally_event_content_hash(const tally_event *ev, bool with_time);
+/* 64-bit hashes of every decoded field except id and source (equal content,
+ * equal value): the fingerprint with time_s, which a row of the dedupe
+ * table keeps, and the hash without it. Both are stored in ledgers and
+ * never change. */
+uint64_t tally_event_fingerprint(const tally_event *ev);
+uint64_t tally_event_untimed_hash(const tally_event *ev);
 
 #endif
