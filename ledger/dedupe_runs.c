@@ -181,6 +181,25 @@ static size_t content_code(const struct run_slot *s, uint8_t *out)
     return len;
 }
 
+/* Whether p (len bytes) is a window's content of exactly count records;
+ * they go to out, unless it is NULL. */
+static bool content_decode(const uint8_t *p, size_t len, uint64_t count, rc_rec *out)
+{
+    if (!p || len < 1 || p[0] != RC_VERSION)
+        return false;
+    rc_state st;
+    rc_init(&st);
+    size_t at = 1;
+    for (uint64_t i = 0; i < count; i++) {
+        rc_rec r;
+        size_t n = rc_decode(&st, p + at, len - at, out ? &out[i] : &r);
+        if (n == 0)
+            return false;
+        at += n;
+    }
+    return at == len;
+}
+
 /* Decodes a stored content of s->count records into s->recs. Errors:
  * TALLY_TAMPERED (not that many records of the format), TALLY_NOMEM. */
 static tally_err content_take(tally_batch *b, struct run_slot *s, const uint8_t *p, size_t len)
@@ -188,16 +207,7 @@ static tally_err content_take(tally_batch *b, struct run_slot *s, const uint8_t 
     tally_err e = recs_room(&b->runs, s, s->count);
     if (e != TALLY_OK)
         return e;
-    rc_state st;
-    rc_init(&st);
-    size_t at = 1;
-    bool ok = len >= 1 && p[0] == RC_VERSION;
-    for (uint32_t i = 0; ok && i < s->count; i++) {
-        size_t n = rc_decode(&st, p + at, len - at, &s->recs[i]);
-        ok = n > 0;
-        at += n;
-    }
-    if (ok && at == len)
+    if (content_decode(p, len, s->count, s->recs))
         return TALLY_OK;
     snprintf(b->l->errmsg, sizeof b->l->errmsg,
              "dedupe window %lld: its content does not hold its %u ids (edited?)",
@@ -276,7 +286,8 @@ static tally_err take_v1(tally_batch *b, const struct run_slot *s, struct v1_run
     const void *fps = sqlite3_column_blob(st, 3);
     uint32_t at = (uint32_t)((lo - s->lo) / V1_SPAN) * V1_BITS;
     if (lo % V1_SPAN || nbits != V1_BITS || !bits || !fps || bytes % FP_BYTES ||
-        (uint32_t)bytes != bits_count(bits, V1_SPAN) * FP_BYTES) {
+        (uint32_t)bytes != bits_count(bits, V1_SPAN) * FP_BYTES ||
+        v->count + (uint32_t)bytes / FP_BYTES > RUN_SPAN) { /* (three runs at most) */
         snprintf(b->l->errmsg, sizeof b->l->errmsg,
                  "dedupe run %lld: its bitmap does not count its %d bytes of fingerprints "
                  "(edited?)",
@@ -294,22 +305,11 @@ static tally_err take_v1(tally_batch *b, const struct run_slot *s, struct v1_run
 static bool window_sound(const void *bits, int nbits, int64_t n, const uint8_t *content, int len)
 {
     uint8_t all[BITS_BYTES] = {0};
-    if (nbits < 1 || nbits > BITS_BYTES || !bits)
+    if (nbits < 1 || nbits > BITS_BYTES || !bits || len < 0)
         return false;
     memcpy(all, bits, (size_t)nbits);
-    if (!content || len < 1 || content[0] != RC_VERSION || n != bits_count(all, RUN_SPAN))
-        return false;
-    rc_state st;
-    rc_init(&st);
-    size_t at = 1;
-    for (int64_t i = 0; i < n; i++) {
-        rc_rec r;
-        size_t k = rc_decode(&st, content + at, (size_t)len - at, &r);
-        if (k == 0)
-            return false;
-        at += k;
-    }
-    return at == (size_t)len;
+    return n == bits_count(all, RUN_SPAN) &&
+           content_decode(content, (size_t)len, (uint64_t)n, NULL);
 }
 
 tally_err runs_check_windows(tally_ledger *l, int64_t *bad_row)
