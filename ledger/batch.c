@@ -25,12 +25,12 @@
 static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_DEDUPE_INS] = "INSERT INTO dedupe(src, id, fp) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
     [ST_DEDUPE_FP] = "SELECT fp FROM dedupe WHERE src = ?1 AND id = ?2",
-    [ST_RUN_FIND] = "SELECT id, bits, n, content FROM dedupe_windows WHERE src = ?1 AND "
-                    "prefix = ?2 AND width = ?3 AND lo = ?4",
-    [ST_RUN_INS] = "INSERT INTO dedupe_windows(src, prefix, width, lo, bits, n, content) VALUES "
-                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
-    [ST_RUN_UPD] = "UPDATE dedupe_windows SET bits = ?5, n = ?6, content = ?7 WHERE id = ?8 AND "
-                   "src = ?1 AND prefix = ?2 AND width = ?3 AND lo = ?4",
+    [ST_RUN_FIND] = "SELECT id, bits_at, bits, n, content FROM dedupe_windows WHERE src = ?1 "
+                    "AND prefix = ?2 AND width = ?3 AND lo = ?4",
+    [ST_RUN_INS] = "INSERT INTO dedupe_windows(src, prefix, width, lo, bits_at, bits, n, content) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
+    [ST_RUN_UPD] = "UPDATE dedupe_windows SET bits_at = ?5, bits = ?6, n = ?7, content = ?8 WHERE "
+                   "id = ?9 AND src = ?1 AND prefix = ?2 AND width = ?3 AND lo = ?4",
     /* The runs of migration 15 a window covers (three at most). */
     [ST_RUN_V1] = "SELECT id, lo, bits, fps FROM dedupe_runs WHERE src = ?1 AND prefix = ?2 AND "
                   "width = ?3 AND lo >= ?4 AND lo < ?4 + 480 ORDER BY lo",

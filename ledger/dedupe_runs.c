@@ -148,6 +148,16 @@ static bool bit_set(const uint8_t *bits, uint32_t k)
     return bits[k / 8] & (1u << (k % 8));
 }
 
+/* Puts a stored bitmap (nbits bytes from byte at of the window's) into
+ * all, which is zero; false if it does not fit the window. */
+static bool bits_place(uint8_t *all, int64_t at, const void *bits, int nbits)
+{
+    if (!bits || nbits < 1 || at < 0 || at + nbits > BITS_BYTES)
+        return false;
+    memcpy(all + at, bits, (size_t)nbits);
+    return true;
+}
+
 /* Room in s for need records (at most RUN_SPAN). */
 static tally_err recs_room(runs_cache *c, struct run_slot *s, uint32_t need)
 {
@@ -222,15 +232,18 @@ static tally_err slot_write(tally_batch *b, struct run_slot *s)
         return TALLY_OK;
     sqlite3_stmt *st = b->st[s->stored ? ST_RUN_UPD : ST_RUN_INS];
     bind_key(st, s);
-    int nbits = BITS_BYTES; /* without its zero bytes at the end */
-    while (nbits > 1 && !s->bits[nbits - 1])
-        nbits--;
-    sqlite3_bind_blob(st, 5, s->bits, nbits, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 6, s->count);
+    int at = 0, end = BITS_BYTES; /* the bitmap without its zero bytes at either end */
+    while (at < end - 1 && !s->bits[at])
+        at++;
+    while (end > at + 1 && !s->bits[end - 1])
+        end--;
+    sqlite3_bind_int(st, 5, at);
+    sqlite3_bind_blob(st, 6, s->bits + at, end - at, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 7, s->count);
     size_t len = content_code(s, b->runs.code);
-    sqlite3_bind_blob(st, 7, b->runs.code, (int)len, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 8, b->runs.code, (int)len, SQLITE_STATIC);
     if (s->stored)
-        sqlite3_bind_int64(st, 8, s->row);
+        sqlite3_bind_int64(st, 9, s->row);
     tally_err e = batch_step(b, st);
     if (e == TALLY_OK && sqlite3_changes(b->l->db) != 1) {
         snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe window at %lld %s", (long long)s->lo,
@@ -250,16 +263,15 @@ static tally_err slot_write(tally_batch *b, struct run_slot *s)
  * hold as many records. */
 static tally_err take_row(tally_batch *b, struct run_slot *s, sqlite3_stmt *st)
 {
-    int nbits = sqlite3_column_bytes(st, 1);
-    const void *bits = sqlite3_column_blob(st, 1);
-    int64_t n = sqlite3_column_int64(st, 2);
-    int bytes = sqlite3_column_bytes(st, 3);
-    const void *content = sqlite3_column_blob(st, 3);
+    int64_t at = sqlite3_column_int64(st, 1);
+    int nbits = sqlite3_column_bytes(st, 2);
+    const void *bits = sqlite3_column_blob(st, 2);
+    int64_t n = sqlite3_column_int64(st, 3);
+    int bytes = sqlite3_column_bytes(st, 4);
+    const void *content = sqlite3_column_blob(st, 4);
     s->row = sqlite3_column_int64(st, 0);
-    if (nbits >= 1 && nbits <= BITS_BYTES && bits)
-        memcpy(s->bits, bits, (size_t)nbits); /* the rest stays zero */
-    if (nbits < 1 || nbits > BITS_BYTES || !bits || !content || bytes > ENC_MAX ||
-        n != bits_count(s->bits, RUN_SPAN)) {
+    bool fits = bits_place(s->bits, at, bits, nbits); /* the rest stays zero */
+    if (!fits || !content || bytes > ENC_MAX || n != bits_count(s->bits, RUN_SPAN)) {
         snprintf(b->l->errmsg, sizeof b->l->errmsg,
                  "dedupe window %lld: its bitmap does not count its %lld ids (edited?)",
                  (long long)s->row, (long long)n);
@@ -302,13 +314,11 @@ static tally_err take_v1(tally_batch *b, const struct run_slot *s, struct v1_run
 
 /* Whether a stored window is sound: its bitmap counts n ids and its content
  * is n records of the format, nothing after them. */
-static bool window_sound(const void *bits, int nbits, int64_t n, const uint8_t *content, int len)
+static bool window_sound(int64_t at, const void *bits, int nbits, int64_t n, const uint8_t *content,
+                         int len)
 {
     uint8_t all[BITS_BYTES] = {0};
-    if (nbits < 1 || nbits > BITS_BYTES || !bits || len < 0)
-        return false;
-    memcpy(all, bits, (size_t)nbits);
-    return n == bits_count(all, RUN_SPAN) &&
+    return bits_place(all, at, bits, nbits) && len >= 0 && n == bits_count(all, RUN_SPAN) &&
            content_decode(content, (size_t)len, (uint64_t)n, NULL);
 }
 
@@ -316,14 +326,15 @@ tally_err runs_check_windows(tally_ledger *l, int64_t *bad_row)
 {
     sqlite3_stmt *st;
     *bad_row = 0;
-    tally_err e = ledger_prepare(l, "SELECT id, bits, n, content FROM dedupe_windows", &st);
+    tally_err e =
+        ledger_prepare(l, "SELECT id, bits_at, bits, n, content FROM dedupe_windows", &st);
     if (e != TALLY_OK)
         return e;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (!window_sound(sqlite3_column_blob(st, 1), sqlite3_column_bytes(st, 1),
-                          sqlite3_column_int64(st, 2), sqlite3_column_blob(st, 3),
-                          sqlite3_column_bytes(st, 3))) {
+        if (!window_sound(sqlite3_column_int64(st, 1), sqlite3_column_blob(st, 2),
+                          sqlite3_column_bytes(st, 2), sqlite3_column_int64(st, 3),
+                          sqlite3_column_blob(st, 4), sqlite3_column_bytes(st, 4))) {
             *bad_row = sqlite3_column_int64(st, 0);
             sqlite3_finalize(st);
             return TALLY_TAMPERED;

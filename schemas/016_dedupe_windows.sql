@@ -13,8 +13,9 @@
 -- Ids are split as in migration 15 (prefix, width, n). A window is the 480
 -- values lo <= n < lo + 480 (lo a multiple of 480, so three of migration
 -- 15's runs) of one (source, prefix, width): `bits` marks the values
--- present (bit k of byte k / 8, least significant first, for n = lo + k;
--- zero bytes at its end are left out, so a sparse window is short),
+-- present (bit k of byte k / 8 - bits_at, least significant first, for
+-- n = lo + k: the bitmap's zero bytes at either end are left out, so a
+-- sparse window's is a byte or two),
 -- `n` counts them, and `content` holds their records in the order of n.
 -- The row follows from the id alone, never from when or in what order it
 -- arrived.
@@ -24,7 +25,8 @@ CREATE TABLE dedupe_windows (
   prefix  BLOB NOT NULL,      -- the id's bytes before its trailing digits
   width   INTEGER NOT NULL CHECK (width BETWEEN 4 AND 18),
   lo      INTEGER NOT NULL CHECK (lo >= 0 AND lo % 480 = 0),
-  bits    BLOB NOT NULL CHECK (length(bits) BETWEEN 1 AND 60),
+  bits_at INTEGER NOT NULL CHECK (bits_at BETWEEN 0 AND 59),
+  bits    BLOB NOT NULL CHECK (length(bits) BETWEEN 1 AND 60 - bits_at),
   n       INTEGER NOT NULL CHECK (n BETWEEN 1 AND 480),
   content BLOB NOT NULL CHECK (length(content) BETWEEN 8 AND 8161)
 ) STRICT;
@@ -49,7 +51,8 @@ CREATE VIEW dedupe_keys(src, id, fp) AS
 WITH RECURSIVE slot(src, prefix, width, lo, bits, fps, span, k, j, present) AS (
   SELECT src, prefix, width, lo, bits, fps, 160, -1, 0, 0 FROM dedupe_runs
   UNION ALL
-  SELECT src, prefix, width, lo, bits, NULL, 480, -1, 0, 0 FROM dedupe_windows
+  SELECT src, prefix, width, lo, CAST(zeroblob(bits_at) || bits AS BLOB), NULL, 480, -1, 0, 0
+  FROM dedupe_windows
   UNION ALL
   SELECT src, prefix, width, lo, bits, fps, span, k + 1, j + present,
          ((instr('0123456789ABCDEF', substr(hex(substr(bits, (k + 1) / 8 + 1, 1)), 1, 1)) - 1)

@@ -363,6 +363,59 @@ static void test_windows_canonical(void **state)
     tally_buf_release(&rows[1]);
 }
 
+/* A sparse window keeps only the bytes of its bitmap between its first and
+ * last id (bits_at says where they start); read again by a new batch, its
+ * ids are what they were, and ids before and after it widen it. */
+static void test_sparse_window(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-sparse");
+    tally_batch *b = new_batch(l);
+    tally_event ev = event("//hosts/a", "r-0950", 0); /* k = 470 of the window at 480 */
+    add(b, &ev);
+    commit_ok(b, NULL);
+    tally_batch_destroy(b);
+    assert_int_equal(
+        tu_query_int(l, "SELECT bits_at * 100 + length(bits) FROM dedupe_windows", NULL),
+        58 * 100 + 1);
+    b = new_batch(l); /* reads the row again */
+    const struct {
+        const char *id;
+        int v;
+        tally_event_result want;
+    } steps[] = {
+        {"r-0950", 0, TALLY_RESULT_DUPLICATE}, {"r-0950", 2, TALLY_RESULT_CONFLICT},
+        {"r-0480", 0, TALLY_RESULT_ACCEPTED},  {"r-0959", 1, TALLY_RESULT_ACCEPTED},
+        {"r-0949", 0, TALLY_RESULT_ACCEPTED},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        ev = event("//hosts/a", steps[i].id, steps[i].v);
+        add(b, &ev);
+        tally_event_result r;
+        commit_ok(b, &r);
+        assert_int_equal(r, steps[i].want);
+    }
+    tally_batch_destroy(b);
+    assert_int_equal(
+        tu_query_int(l, "SELECT bits_at * 100 + length(bits) FROM dedupe_windows", NULL),
+        0 * 100 + 60);
+    b = new_batch(l);
+    ev = event("//hosts/a", "r-0959", 1);
+    add(b, &ev);
+    ev = event("//hosts/a", "r-0480", 1);
+    add(b, &ev);
+    tally_event_result r[2];
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[1], TALLY_RESULT_CONFLICT);
+    assert_int_equal(keys(l), 4);
+    assert_runs_sound(l);
+    char why[512];
+    assert_int_equal(tally_ledger_verify(l, NULL, why, sizeof why), TALLY_OK);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 /* Ids out of order, as a source's events come through several partitions,
  * fill one run: its row follows from the id, not from the arrival. */
 static void test_out_of_order(void **state)
@@ -806,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_held_runs_follow_sources),
         cmocka_unit_test(test_out_of_order),
         cmocka_unit_test(test_windows_canonical),
+        cmocka_unit_test(test_sparse_window),
         cmocka_unit_test(test_view_ids),
         cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_legacy_keys),

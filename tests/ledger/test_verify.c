@@ -454,8 +454,8 @@ static void test_failure_order(void **state)
  * check, also on the second connection) reports. */
 #define BREAK_CHECK                                                                                \
     "PRAGMA ignore_check_constraints = ON; INSERT INTO dedupe_windows(src, prefix, width, lo, "    \
-    "bits, n, content) VALUES (1, x'68', 99, 0, zeroblob(60), 1, zeroblob(8)); PRAGMA "            \
-    "ignore_check_constraints = OFF;"
+    "bits_at, bits, n, content) VALUES (1, x'68', 99, 0, 0, zeroblob(60), 1, zeroblob(8)); "       \
+    "PRAGMA ignore_check_constraints = OFF;"
 
 /* On a ledger file the integrity and chain checks run on a second
  * connection at the same snapshot while the others run on the first: the
