@@ -275,8 +275,8 @@ static E2E_UNUSED void e2e_assert_same_usage(const char *db_a, const char *db_b)
         "(SELECT * FROM dedupe_keys ORDER BY src, id)",
         /* and what windows keep of each id in place of a fingerprint: the
          * coding is canonical, so the same keys give the same bytes */
-        "SELECT count(*), sum(n), group_concat(hex(bits) || hex(content), '') FROM (SELECT * "
-        "FROM dedupe_windows ORDER BY src, prefix, width, lo)",
+        "SELECT count(*), sum(n), group_concat(bits_at || hex(bits) || hex(content), '') FROM "
+        "(SELECT * FROM dedupe_windows ORDER BY src, prefix, width, lo)",
         "SELECT reason, count(*) FROM quarantine GROUP BY 1 ORDER BY 1",
     };
     tally_buf a, b;
