@@ -182,13 +182,8 @@ static tally_err recs_room(runs_cache *c, struct run_slot *s, uint32_t need)
 /* Codes s's records into out (room for ENC_MAX bytes); returns its length. */
 static size_t content_code(const struct run_slot *s, uint8_t *out)
 {
-    rc_state st;
-    rc_init(&st);
-    size_t len = 1;
     out[0] = RC_VERSION;
-    for (uint32_t i = 0; i < s->count; i++)
-        len += rc_encode(&st, &s->recs[i], out + len);
-    return len;
+    return 1 + rc_encode(s->recs, s->count, out + 1);
 }
 
 /* Whether p (len bytes) is a window's content of exactly count records;
@@ -200,11 +195,15 @@ static bool content_decode(const uint8_t *p, size_t len, uint64_t count, rc_rec 
     rc_state st;
     rc_init(&st);
     size_t at = 1;
-    for (uint64_t i = 0; i < count; i++) {
-        rc_rec r;
-        size_t n = rc_decode(&st, p + at, len - at, out ? &out[i] : &r);
-        if (n == 0)
+    uint64_t have = 0;
+    while (have < count) {
+        rc_rec g[RC_GROUP_MAX];
+        size_t k, n = rc_decode(&st, p + at, len - at, g, &k);
+        if (n == 0 || k > count - have)
             return false;
+        if (out)
+            memcpy(out + have, g, k * sizeof g[0]);
+        have += k;
         at += n;
     }
     return at == len;

@@ -810,8 +810,8 @@ static void test_deleted_keys(void **state)
     verify_says(l, TALLY_OK, "balanced");
 
     /* r-0003 cleared from its run, consistently. */
-    /* (r-0002 to r-0005 are each the byte 00 after r-0001's record: the
-     * same content, at the predicted time) */
+    /* (r-0002 to r-0005 are short records after r-0001's: the same
+     * content at the predicted time, three in a byte and one in the last) */
     assert_int_equal(tally_ledger_exec(l, "UPDATE dedupe_windows SET bits = CAST(x'36' || "
                                           "zeroblob(59) AS BLOB), n = 4, content = "
                                           "substr(content, 1, length(content) - 1) "

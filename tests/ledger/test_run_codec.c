@@ -22,33 +22,29 @@ static uint64_t rnd(uint64_t *s)
 /* Codes n records into out; returns the bytes written. */
 static size_t encode_all(const rc_rec *recs, size_t n, uint8_t *out)
 {
-    rc_state st;
-    rc_init(&st);
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t k = rc_encode(&st, &recs[i], out + len);
-        assert_true(k >= 1 && k <= RC_REC_MAX);
-        len += k;
-    }
+    size_t len = rc_encode(recs, n, out);
+    assert_true(len >= (n + 2) / 3 && len <= n * RC_REC_MAX);
     return len;
 }
 
 /* Decodes all of p; returns the records decoded, or -1 if p is not a whole
- * number of records. */
+ * number of records (or holds more than cap). */
 static long decode_all(const uint8_t *p, size_t len, rc_rec *out, size_t cap)
 {
     rc_state st;
     rc_init(&st);
     size_t at = 0, n = 0;
     while (at < len) {
-        if (n == cap)
+        rc_rec g[RC_GROUP_MAX];
+        size_t k, used = rc_decode(&st, p + at, len - at, g, &k);
+        if (used == 0)
             return -1;
-        size_t k = rc_decode(&st, p + at, len - at, &out[n]);
-        if (k == 0)
+        assert_true(used <= len - at && k >= 1 && k <= RC_GROUP_MAX);
+        if (k > cap - n)
             return -1;
-        assert_true(k <= len - at);
-        at += k;
-        n++;
+        memcpy(out + n, g, k * sizeof g[0]);
+        at += used;
+        n += k;
     }
     return (long)n;
 }
@@ -99,7 +95,7 @@ static void test_round_trip(void **state)
 }
 
 /* A host's four instances, each reporting every 10 s in an order that
- * varies: after each instance's first two reports, one byte a report. */
+ * varies: after each instance's first two reports, a byte for three. */
 static void test_periodic_host(void **state)
 {
     (void)state;
@@ -114,9 +110,61 @@ static void test_periodic_host(void **state)
         next[k] += 10;
     }
     size_t len = encode_all(recs, N, buf);
-    assert_true(len <= N + 4 * (6 + 5 + 1));
+    assert_true(len <= N / 3 + 4 * (1 + 6 + 5) + 4 * 2 + 2);
     rc_rec back[N];
     assert_int_equal(decode_all(buf, len, back, N), N);
+}
+
+/* Records are grouped greedily: three short ones to a byte, else two,
+ * else one; new entries at their predicted times share a header. Other
+ * groupings of the same records decode too, and code back to the greedy
+ * bytes. */
+static void test_groups(void **state)
+{
+    (void)state;
+    enum { N = 16 };
+    rc_rec recs[N], back[N];
+    uint8_t buf[N * RC_REC_MAX], again[N * RC_REC_MAX];
+    /* four new entries at T0: the first with its time (12 bytes), the
+     * other three sharing a header (19) */
+    for (int i = 0; i < 4; i++)
+        recs[i] = (rc_rec){0x100 + (uint64_t)i, T0};
+    /* each again 10 s later (2 bytes each, with the step), then twice on
+     * time: eight short records, in a triple, a triple and a pair */
+    for (int i = 4; i < N; i++)
+        recs[i] = (rc_rec){0x100 + (uint64_t)(i % 4), T0 + 10 * (i / 4)};
+    size_t len = encode_all(recs, N, buf);
+    assert_int_equal(len, 12 + 19 + 8 + 3);
+    assert_int_equal(buf[12], 0x4e); /* a new entry and two more */
+    assert_int_equal(buf[len - 3] & 0xc0, 0xc0);
+    assert_int_equal(buf[len - 2] & 0xc0, 0xc0);
+    assert_int_equal(buf[len - 1] & 0xc0, 0x80);
+    assert_int_equal(decode_all(buf, len, back, N), N);
+    assert_memory_equal(back, recs, sizeof recs);
+    /* the last eight as single bytes instead: the same records, and they
+     * code back to the grouped bytes */
+    size_t head = len - 3, alt = head;
+    memcpy(again, buf, head);
+    rc_state st;
+    rc_init(&st);
+    for (size_t at = 0; at < head;) {
+        rc_rec g[RC_GROUP_MAX];
+        size_t k, used = rc_decode(&st, buf + at, head - at, g, &k);
+        assert_true(used > 0);
+        at += used;
+    }
+    for (int i = 8; i < N; i++) { /* the entry's place in the list, as a coder finds it */
+        uint8_t j = 0;
+        while (st.hash[j] != recs[i].hash)
+            j++;
+        again[alt++] = j;
+        rc_rec g[RC_GROUP_MAX];
+        size_t k;
+        assert_int_equal(rc_decode(&st, &j, 1, g, &k), 1);
+    }
+    assert_int_equal(decode_all(again, alt, back, N), N);
+    assert_memory_equal(back, recs, sizeof recs);
+    assert_int_equal(encode_all(back, N, buf), len);
 }
 
 /* Each a record no coder writes: refused. */
@@ -130,7 +178,12 @@ static void test_refused(void **state)
     } cases[] = {
         {{0x00}, 1, "an entry the list does not hold"},
         {{0x0f}, 1, "code 15"},
-        {{0x2e, 1, 2, 3, 4, 5, 6}, 7, "a reserved bit"},
+        {{0x2e, 1, 2, 3, 4, 5, 6}, 7, "a group of two new entries cut short"},
+        {{0x3e, 1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 7, 0x02}, 14, "a group with a time"},
+        {{0x0e, 1, 2, 3, 4, 5, 6, 0x20}, 8, "a group of old entries"},
+        {{0x0e, 1, 2, 3, 4, 5, 6, 0x81}, 8, "a pair naming an entry the list does not hold"},
+        {{0x0e, 1, 2, 3, 4, 5, 6, 0xc4}, 8, "a triple naming an entry the list does not hold"},
+        {{0x4e, 1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6}, 13, "a group whose two new entries are one"},
         {{0x0e, 1, 2, 3, 4, 5}, 6, "a hash cut short"},
         {{0x1e, 1, 2, 3, 4, 5, 6}, 7, "a time flag with no time"},
         {{0x1e, 1, 2, 3, 4, 5, 6, 0x80}, 8, "a time cut short"},
@@ -188,9 +241,8 @@ static void test_mutations(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_periodic_host),
-        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_round_trip), cmocka_unit_test(test_periodic_host),
+        cmocka_unit_test(test_groups),     cmocka_unit_test(test_refused),
         cmocka_unit_test(test_mutations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
