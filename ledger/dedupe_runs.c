@@ -148,10 +148,18 @@ static bool bit_set(const uint8_t *bits, uint32_t k)
     return bits[k / 8] & (1u << (k % 8));
 }
 
-/* Puts a stored bitmap (nbits bytes from byte at of the window's) into
- * all, which is zero; false if it does not fit the window. */
-static bool bits_place(uint8_t *all, int64_t at, const void *bits, int nbits)
+/* Puts a stored bitmap into all, which is zero: with nbits 0, the n ids
+ * from id at on; otherwise nbits bytes from byte at of the window's. False
+ * if it does not fit the window. */
+static bool bits_place(uint8_t *all, int64_t at, const void *bits, int nbits, int64_t n)
 {
+    if (nbits == 0) {
+        if (at < 0 || n < 1 || at + n > RUN_SPAN)
+            return false;
+        for (int64_t k = at; k < at + n; k++)
+            all[k / 8] |= (uint8_t)(1u << (k % 8));
+        return true;
+    }
     if (!bits || nbits < 1 || at < 0 || at + nbits > BITS_BYTES)
         return false;
     memcpy(all + at, bits, (size_t)nbits);
@@ -236,8 +244,14 @@ static tally_err slot_write(tally_batch *b, struct run_slot *s)
         at++;
     while (end > at + 1 && !s->bits[end - 1])
         end--;
-    sqlite3_bind_int(st, 5, at);
-    sqlite3_bind_blob(st, 6, s->bits + at, end - at, SQLITE_STATIC);
+    uint32_t first = (uint32_t)at * 8 + (uint32_t)__builtin_ctz(s->bits[at]);
+    if (s->count && first + s->count == s->top) { /* no gap: the range alone */
+        sqlite3_bind_int(st, 5, (int)first);
+        sqlite3_bind_zeroblob(st, 6, 0);
+    } else {
+        sqlite3_bind_int(st, 5, at);
+        sqlite3_bind_blob(st, 6, s->bits + at, end - at, SQLITE_STATIC);
+    }
     sqlite3_bind_int64(st, 7, s->count);
     size_t len = content_code(s, b->runs.code);
     sqlite3_bind_blob(st, 8, b->runs.code, (int)len, SQLITE_STATIC);
@@ -269,7 +283,7 @@ static tally_err take_row(tally_batch *b, struct run_slot *s, sqlite3_stmt *st)
     int bytes = sqlite3_column_bytes(st, 4);
     const void *content = sqlite3_column_blob(st, 4);
     s->row = sqlite3_column_int64(st, 0);
-    bool fits = bits_place(s->bits, at, bits, nbits); /* the rest stays zero */
+    bool fits = bits_place(s->bits, at, bits, nbits, n); /* the rest stays zero */
     if (!fits || !content || bytes > ENC_MAX || n != bits_count(s->bits, RUN_SPAN)) {
         snprintf(b->l->errmsg, sizeof b->l->errmsg,
                  "dedupe window %lld: its bitmap does not count its %lld ids (edited?)",
@@ -317,7 +331,7 @@ static bool window_sound(int64_t at, const void *bits, int nbits, int64_t n, con
                          int len)
 {
     uint8_t all[BITS_BYTES] = {0};
-    return bits_place(all, at, bits, nbits) && len >= 0 && n == bits_count(all, RUN_SPAN) &&
+    return bits_place(all, at, bits, nbits, n) && len >= 0 && n == bits_count(all, RUN_SPAN) &&
            content_decode(content, (size_t)len, (uint64_t)n, NULL);
 }
 

@@ -12,11 +12,14 @@
 --
 -- Ids are split as in migration 15 (prefix, width, n). A window is the 480
 -- values lo <= n < lo + 480 (lo a multiple of 480, so three of migration
--- 15's runs) of one (source, prefix, width): `bits` marks the values
--- present (bit k of byte k / 8 - bits_at, least significant first, for
--- n = lo + k: the bitmap's zero bytes at either end are left out, so a
--- sparse window's is a byte or two),
--- `n` counts them, and `content` holds their records in the order of n.
+-- 15's runs) of one (source, prefix, width). `n` counts the values present
+-- and `content` holds their records in the order of n. Which values are
+-- present, with k = n - lo:
+--   - `bits` empty: the n values from k = bits_at on, with no gap (a host
+--     that numbers its reports fills its windows so);
+--   - otherwise bit k of byte k / 8 - bits_at of `bits`, least significant
+--     first: the bitmap without its zero bytes at either end, so a sparse
+--     window's is a byte or two.
 -- The row follows from the id alone, never from when or in what order it
 -- arrived.
 CREATE TABLE dedupe_windows (
@@ -25,10 +28,11 @@ CREATE TABLE dedupe_windows (
   prefix  BLOB NOT NULL,      -- the id's bytes before its trailing digits
   width   INTEGER NOT NULL CHECK (width BETWEEN 4 AND 18),
   lo      INTEGER NOT NULL CHECK (lo >= 0 AND lo % 480 = 0),
-  bits_at INTEGER NOT NULL CHECK (bits_at BETWEEN 0 AND 59),
-  bits    BLOB NOT NULL CHECK (length(bits) BETWEEN 1 AND 60 - bits_at),
+  bits_at INTEGER NOT NULL CHECK (bits_at BETWEEN 0 AND 479),
+  bits    BLOB NOT NULL CHECK (length(bits) <= 60),
   n       INTEGER NOT NULL CHECK (n BETWEEN 1 AND 480),
-  content BLOB NOT NULL CHECK (length(content) BETWEEN 8 AND 8161)
+  content BLOB NOT NULL CHECK (length(content) BETWEEN 8 AND 8161),
+  CHECK (CASE WHEN length(bits) = 0 THEN bits_at + n <= 480 ELSE bits_at + length(bits) <= 60 END)
 ) STRICT;
 CREATE UNIQUE INDEX dedupe_windows_key ON dedupe_windows(src, prefix, width, lo);
 
@@ -48,16 +52,19 @@ BEGIN SELECT RAISE(ABORT, 'dedupe runs are kept in dedupe_windows since migratio
 -- never reads it.
 DROP VIEW dedupe_keys;
 CREATE VIEW dedupe_keys(src, id, fp) AS
-WITH RECURSIVE slot(src, prefix, width, lo, bits, fps, span, k, j, present) AS (
-  SELECT src, prefix, width, lo, bits, fps, 160, -1, 0, 0 FROM dedupe_runs
+WITH RECURSIVE slot(src, prefix, width, lo, bits, fps, span, first, cnt, k, j, present) AS (
+  SELECT src, prefix, width, lo, bits, fps, 160, NULL, NULL, -1, 0, 0 FROM dedupe_runs
   UNION ALL
-  SELECT src, prefix, width, lo, CAST(zeroblob(bits_at) || bits AS BLOB), NULL, 480, -1, 0, 0
+  SELECT src, prefix, width, lo,
+         CASE WHEN length(bits) = 0 THEN NULL ELSE CAST(zeroblob(bits_at) || bits AS BLOB) END,
+         NULL, 480, bits_at, n, -1, 0, 0
   FROM dedupe_windows
   UNION ALL
-  SELECT src, prefix, width, lo, bits, fps, span, k + 1, j + present,
+  SELECT src, prefix, width, lo, bits, fps, span, first, cnt, k + 1, j + present,
+         CASE WHEN bits IS NULL THEN (k + 1 >= first AND k + 1 < first + cnt) ELSE
          ((instr('0123456789ABCDEF', substr(hex(substr(bits, (k + 1) / 8 + 1, 1)), 1, 1)) - 1)
           * 16 + instr('0123456789ABCDEF', substr(hex(substr(bits, (k + 1) / 8 + 1, 1)), 2, 1))
-          - 1) >> ((k + 1) % 8) & 1
+          - 1) >> ((k + 1) % 8) & 1 END
   FROM slot WHERE k < span - 1
 )
 SELECT src, id, printf('%012X', fp & 281474976710655) FROM dedupe

@@ -363,9 +363,9 @@ static void test_windows_canonical(void **state)
     tally_buf_release(&rows[1]);
 }
 
-/* A sparse window keeps only the bytes of its bitmap between its first and
- * last id (bits_at says where they start); read again by a new batch, its
- * ids are what they were, and ids before and after it widen it. */
+/* A window whose ids have no gap keeps only where they start (bits_at, and
+ * no bitmap); one with gaps only the bytes of its bitmap between its first
+ * and last id. Read again by a new batch, its ids are what they were. */
 static void test_sparse_window(void **state)
 {
     (void)state;
@@ -377,7 +377,7 @@ static void test_sparse_window(void **state)
     tally_batch_destroy(b);
     assert_int_equal(
         tu_query_int(l, "SELECT bits_at * 100 + length(bits) FROM dedupe_windows", NULL),
-        58 * 100 + 1);
+        470 * 100 + 0);
     b = new_batch(l); /* reads the row again */
     const struct {
         const char *id;
@@ -409,6 +409,41 @@ static void test_sparse_window(void **state)
     assert_int_equal(r[0], TALLY_RESULT_DUPLICATE);
     assert_int_equal(r[1], TALLY_RESULT_CONFLICT);
     assert_int_equal(keys(l), 4);
+    assert_runs_sound(l);
+    tally_batch_destroy(b);
+    /* a gap filled: the window is a range again, and reads back as one */
+    const char *ids[] = {"s-0001", "s-0002", "s-0003", "s-0005"};
+    b = new_batch(l);
+    for (size_t i = 0; i < 4; i++) {
+        ev = event("//hosts/b", ids[i], 0);
+        add(b, &ev);
+    }
+    commit_ok(b, NULL);
+    assert_int_equal(tu_query_int(l,
+                                  "SELECT bits_at * 100 + length(bits) FROM dedupe_windows WHERE "
+                                  "prefix = CAST('s-' AS BLOB)",
+                                  NULL),
+                     0 * 100 + 1);
+    ev = event("//hosts/b", "s-0004", 0);
+    add(b, &ev);
+    commit_ok(b, NULL);
+    tally_batch_destroy(b);
+    assert_int_equal(tu_query_int(l,
+                                  "SELECT bits_at * 10000 + length(bits) * 1000 + n FROM "
+                                  "dedupe_windows WHERE prefix = CAST('s-' AS BLOB)",
+                                  NULL),
+                     1 * 10000 + 0 + 5);
+    b = new_batch(l);
+    for (int i = 0; i <= 6; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "s-%04d", i);
+        ev = event("//hosts/b", id, 0);
+        add(b, &ev);
+        tally_event_result r1;
+        commit_ok(b, &r1);
+        assert_int_equal(r1, i >= 1 && i <= 5 ? TALLY_RESULT_DUPLICATE : TALLY_RESULT_ACCEPTED);
+    }
+    assert_int_equal(keys(l), 4 + 7);
     assert_runs_sound(l);
     char why[512];
     assert_int_equal(tally_ledger_verify(l, NULL, why, sizeof why), TALLY_OK);
@@ -731,12 +766,15 @@ static void test_edited_run(void **state)
     static const struct {
         const char *sql, *says;
     } edits[] = {
-        {"UPDATE dedupe_windows SET bits = CAST(x'06' || zeroblob(59) AS BLOB), n = 1, content = "
-         "(SELECT content FROM saved)",
+        {"UPDATE dedupe_windows SET bits_at = 0, bits = CAST(x'06' || zeroblob(59) AS BLOB), n = "
+         "1, "
+         "content = (SELECT content FROM saved)",
          "bitmap does not count"},
         {"UPDATE dedupe_windows SET n = 2", "does not hold its 2 ids"},
-        {"UPDATE dedupe_windows SET bits = CAST(x'02' || zeroblob(59) AS BLOB), n = 1, content = "
-         "CAST(x'01' || CAST(x'3E' AS TEXT) || substr((SELECT content FROM saved), 3) AS BLOB)",
+        {"UPDATE dedupe_windows SET bits_at = 0, bits = CAST(x'02' || zeroblob(59) AS BLOB), n = "
+         "1, "
+         "content = CAST(x'01' || CAST(x'3E' AS TEXT) || substr((SELECT content FROM saved), 3) AS "
+         "BLOB)",
          "does not hold its 1 ids"},
         {"UPDATE dedupe_windows SET content = CAST((SELECT content FROM saved) || x'00' AS BLOB)",
          "does not hold its 1 ids"},
@@ -812,10 +850,11 @@ static void test_deleted_keys(void **state)
     /* r-0003 cleared from its run, consistently. */
     /* (r-0002 to r-0005 are short records after r-0001's: the same
      * content at the predicted time, three in a byte and one in the last) */
-    assert_int_equal(tally_ledger_exec(l, "UPDATE dedupe_windows SET bits = CAST(x'36' || "
-                                          "zeroblob(59) AS BLOB), n = 4, content = "
-                                          "substr(content, 1, length(content) - 1) "
-                                          "WHERE prefix = CAST('r-' AS BLOB)"),
+    assert_int_equal(tally_ledger_exec(l,
+                                       "UPDATE dedupe_windows SET bits_at = 0, bits = CAST(x'36' "
+                                       "|| zeroblob(59) AS BLOB), n = 4, content = "
+                                       "substr(content, 1, length(content) - 1) "
+                                       "WHERE prefix = CAST('r-' AS BLOB)"),
                      TALLY_OK);
     assert_int_equal(keys(l), 8);
     verify_says(l, TALLY_TAMPERED,
