@@ -66,6 +66,26 @@ static void commit_ok(tally_batch *b, tally_event_result *results)
         fail_msg("commit: %s: %s", tally_err_name(e), tally_ledger_errmsg(b->l));
 }
 
+/* One event of //hosts/a per commit, and the result each must have. */
+typedef struct step {
+    const char *id;
+    int v;
+    tally_event_result want;
+} step;
+
+static void run_steps(tally_batch *b, const step *steps, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        tally_event ev = event("//hosts/a", steps[i].id, steps[i].v);
+        add(b, &ev);
+        tally_event_result r;
+        commit_ok(b, &r);
+        if (r != steps[i].want)
+            fail_msg("step %zu (%s): %s, want %s", i, steps[i].id, tally_event_result_name(r),
+                     tally_event_result_name(steps[i].want));
+    }
+}
+
 static tally_err rows_cb(void *ctx, int ncols, const char *const *cols)
 {
     tally_buf *out = ctx;
@@ -379,22 +399,12 @@ static void test_sparse_window(void **state)
         tu_query_int(l, "SELECT bits_at * 100 + length(bits) FROM dedupe_windows", NULL),
         470 * 100 + 0);
     b = new_batch(l); /* reads the row again */
-    const struct {
-        const char *id;
-        int v;
-        tally_event_result want;
-    } steps[] = {
+    static const step steps[] = {
         {"r-0950", 0, TALLY_RESULT_DUPLICATE}, {"r-0950", 2, TALLY_RESULT_CONFLICT},
         {"r-0480", 0, TALLY_RESULT_ACCEPTED},  {"r-0959", 1, TALLY_RESULT_ACCEPTED},
         {"r-0949", 0, TALLY_RESULT_ACCEPTED},
     };
-    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
-        ev = event("//hosts/a", steps[i].id, steps[i].v);
-        add(b, &ev);
-        tally_event_result r;
-        commit_ok(b, &r);
-        assert_int_equal(r, steps[i].want);
-    }
+    run_steps(b, steps, sizeof steps / sizeof *steps);
     tally_batch_destroy(b);
     assert_int_equal(
         tu_query_int(l, "SELECT bits_at * 100 + length(bits) FROM dedupe_windows", NULL),
@@ -708,25 +718,13 @@ static void test_legacy_runs(void **state)
         tu_query_int(l, "SELECT value FROM meta WHERE key = 'dedupe_runs_legacy'", NULL), 1);
     assert_int_equal(keys(l), 2);
     tally_batch *b = new_batch(l);
-    const struct {
-        const char *id;
-        int v;
-        tally_event_result want;
-    } steps[] = {
+    static const step steps[] = {
         {"r-0161", 0, TALLY_RESULT_DUPLICATE}, {"r-0170", 2, TALLY_RESULT_CONFLICT},
         {"r-0162", 0, TALLY_RESULT_ACCEPTED},  {"r-0001", 0, TALLY_RESULT_ACCEPTED},
         {"r-0500", 0, TALLY_RESULT_ACCEPTED},  {"r-0170", 0, TALLY_RESULT_DUPLICATE},
         {"r-0162", 1, TALLY_RESULT_CONFLICT},
     };
-    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
-        tally_event ev = event("//hosts/a", steps[i].id, steps[i].v);
-        add(b, &ev);
-        tally_event_result r;
-        commit_ok(b, &r);
-        if (r != steps[i].want)
-            fail_msg("step %zu (%s): %s, want %s", i, steps[i].id, tally_event_result_name(r),
-                     tally_event_result_name(steps[i].want));
-    }
+    run_steps(b, steps, sizeof steps / sizeof *steps);
     assert_int_equal(keys(l), 5);
     assert_runs_sound(l);
     assert_int_equal(tu_query_int(l, "SELECT sum(n) FROM dedupe_windows", NULL), 3);
