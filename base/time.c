@@ -108,7 +108,7 @@ static bool parse_zone(const char *s, size_t len, size_t *i, int64_t *offset_s)
 tally_err tally_time_parse(const char *s, size_t len, int64_t *out_s)
 {
     size_t i = 0;
-    int year, mon, day, hh, mi, ss;
+    int year = 0, mon = 0, day = 0, hh = 0, mi = 0, ss = 0;
     if (!s || !digits(s, len, &i, 4, &year) || !expect(s, len, &i, '-', '-') ||
         !digits(s, len, &i, 2, &mon) || !expect(s, len, &i, '-', '-') ||
         !digits(s, len, &i, 2, &day) || !expect(s, len, &i, 'T', 't') ||
