@@ -142,7 +142,7 @@ size_t tally_batch_count(const tally_batch *b)
 
 size_t tally_batch_bytes(const tally_batch *b)
 {
-    return b->arena_len;
+    return b->arena_len + b->ref_bytes;
 }
 
 /* ---- Queueing ------------------------------------------------------------- */
@@ -172,23 +172,32 @@ static tally_err arena_put(tally_batch *b, const char *data, size_t len, bool nu
     return TALLY_OK;
 }
 
+/* Room for one more item. Errors: TALLY_TOO_LARGE, TALLY_NOMEM. */
+static tally_err items_room(tally_batch *b)
+{
+    if (b->n_items < b->items_alloc)
+        return TALLY_OK;
+    if (b->items_alloc == BATCH_ITEMS_MAX)
+        return TALLY_TOO_LARGE;
+    size_t n = b->items_alloc ? b->items_alloc * 2 : 256;
+    batch_item *items = realloc(b->items, n * sizeof *items);
+    if (!items)
+        return TALLY_NOMEM;
+    b->items = items;
+    b->items_alloc = n;
+    return TALLY_OK;
+}
+
 /* A new item with its origin and raw bytes copied, or an error. */
 static tally_err push_item(tally_batch *b, const char *raw, size_t len, const char *origin,
                            batch_item **out)
 {
-    if (b->n_items == b->items_alloc) {
-        if (b->items_alloc == BATCH_ITEMS_MAX)
-            return TALLY_TOO_LARGE;
-        size_t n = b->items_alloc ? b->items_alloc * 2 : 256;
-        batch_item *items = realloc(b->items, n * sizeof *items);
-        if (!items)
-            return TALLY_NOMEM;
-        b->items = items;
-        b->items_alloc = n;
-    }
+    tally_err e = items_room(b);
+    if (e != TALLY_OK)
+        return e;
     size_t arena_mark = b->arena_len;
     batch_item *it = &b->items[b->n_items];
-    tally_err e = arena_put(b, origin, strlen(origin), true, &it->origin_off);
+    e = arena_put(b, origin, strlen(origin), true, &it->origin_off);
     if (e == TALLY_OK)
         e = arena_put(b, raw, raw ? len : 0, false, &it->raw_off);
     if (e != TALLY_OK) {
@@ -197,6 +206,7 @@ static tally_err push_item(tally_batch *b, const char *raw, size_t len, const ch
     }
     it->raw_len = it->raw_size = raw ? len : 0;
     it->sha_off = NO_SHA;
+    it->borrowed = false;
     b->n_items++;
     *out = it;
     return TALLY_OK;
@@ -242,6 +252,32 @@ tally_err tally_batch_add_event(tally_batch *b, const tally_event *ev, const cha
         return e;
     it->is_event = true;
     it->u.ev = *ev;
+    if (ev->meter == TALLY_METER_TRAFFIC || ev->meter == TALLY_METER_TOKENS)
+        b->n_points_queued++;
+    return TALLY_OK;
+}
+
+tally_err tally_batch_add_event_ref(tally_batch *b, const tally_event *ev, const char *raw,
+                                    size_t len, const char *origin)
+{
+    assert(origin);
+    if (len > TALLY_EVENT_MAX_BYTES)
+        return TALLY_TOO_LARGE;
+    if (!valid_event(ev))
+        return TALLY_INVAL;
+    if (len > BATCH_ARENA_CAP - b->arena_len - b->ref_bytes)
+        return TALLY_TOO_LARGE;
+    tally_err e = items_room(b);
+    if (e != TALLY_OK)
+        return e;
+    batch_item *it = &b->items[b->n_items++];
+    it->is_event = it->borrowed = true;
+    it->ev_ref = ev;
+    it->raw_ref = raw ? raw : ""; /* bound as a blob: never NULL */
+    it->origin_ref = origin;
+    it->raw_len = it->raw_size = raw ? len : 0;
+    it->sha_off = NO_SHA;
+    b->ref_bytes += it->raw_len;
     if (ev->meter == TALLY_METER_TRAFFIC || ev->meter == TALLY_METER_TOKENS)
         b->n_points_queued++;
     return TALLY_OK;

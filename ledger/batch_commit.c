@@ -45,8 +45,9 @@ static tally_err quarantine(tally_batch *b, const batch_item *it, const char *re
                             const char *detail)
 {
     sqlite3_stmt *st = b->st[ST_QUARANTINE];
-    const tally_event *ev = it->is_event ? &it->u.ev : NULL;
-    sqlite3_bind_text(st, 1, b->arena + it->origin_off, -1, SQLITE_STATIC);
+    const tally_event *ev = it->is_event ? item_event(it) : NULL;
+    const char *raw = item_raw(b, it);
+    sqlite3_bind_text(st, 1, item_origin(b, it), -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, detail, -1, SQLITE_STATIC);
     if (ev) {
@@ -56,8 +57,9 @@ static tally_err quarantine(tally_batch *b, const batch_item *it, const char *re
         sqlite3_bind_null(st, 4);
         sqlite3_bind_null(st, 5);
     }
-    /* Never NULL: the arena holds at least this item's origin. */
-    sqlite3_bind_blob(st, 6, b->arena + it->raw_off, (int)it->raw_len, SQLITE_STATIC);
+    /* Never NULL: the arena holds at least this item's origin, and a
+     * borrowed item's raw is never NULL (tally_batch_add_event_ref). */
+    sqlite3_bind_blob(st, 6, raw, (int)it->raw_len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 7, b->now_s);
     if (b->key_id > 0)
         sqlite3_bind_int64(st, 8, b->key_id);
@@ -66,7 +68,7 @@ static tally_err quarantine(tally_batch *b, const batch_item *it, const char *re
     sqlite3_bind_int64(st, 9, (sqlite3_int64)it->raw_size);
     char sha[65];
     if (it->sha_off == NO_SHA)
-        tally_sha256_hex(b->arena + it->raw_off, it->raw_len, sha);
+        tally_sha256_hex(raw, it->raw_len, sha);
     else
         memcpy(sha, b->arena + it->sha_off, sizeof sha);
     sqlite3_bind_text(st, 10, sha, 64, SQLITE_TRANSIENT);
@@ -467,7 +469,7 @@ typedef struct commit_ctx {
 
 static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_result *res)
 {
-    const tally_event *ev = &it->u.ev;
+    const tally_event *ev = item_event(it);
     char detail[160], when[32];
     uint64_t h[2]; /* one hash of the account for both indexes */
     tally_hash128(ev->account, strlen(ev->account), 1, h);
@@ -498,7 +500,7 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
 static tally_err process_event(tally_batch *b, commit_ctx *c, const batch_item *it,
                                tally_event_result *res)
 {
-    const tally_event *ev = &it->u.ev;
+    const tally_event *ev = item_event(it);
     char reason[48], detail[256];
     if (tally_ratecard_check_event(c->cards, c->n_cards, ev, reason, sizeof reason) != TALLY_OK) {
         card_detail(ev, reason, detail, sizeof detail);
@@ -591,6 +593,7 @@ static void reset_queue(tally_batch *b)
     b->n_items = 0;
     b->n_points_queued = 0;
     b->arena_len = 0;
+    b->ref_bytes = 0;
     b->n_offsets = 0;
     b->seq = 0;
     b->new_keys = b->new_quarantine = b->new_intervals = b->new_points = 0;

@@ -420,9 +420,12 @@ void idx_table_remove(idx_table *t, uint64_t hash, uint32_t idx);
 
 typedef struct batch_item {
     bool is_event;
+    bool borrowed; /* tally_batch_add_event_ref: ev, raw and origin are the caller's */
     size_t origin_off, raw_off, raw_len; /* in the arena; origin is NUL-terminated */
     size_t raw_size;                     /* the whole message's length (raw_len may be a prefix) */
-    size_t sha_off; /* its SHA-256 as hex in the arena, or NO_SHA: hash raw at commit */
+    size_t sha_off;            /* its SHA-256 as hex in the arena, or NO_SHA: hash raw at commit */
+    const tally_event *ev_ref; /* borrowed */
+    const char *raw_ref, *origin_ref;
     union {
         tally_event ev;
         tally_reject rej;
@@ -530,6 +533,7 @@ struct tally_batch {
     size_t n_items, items_alloc, n_points_queued;
     char *arena;
     size_t arena_len, arena_alloc;
+    size_t ref_bytes; /* raw bytes of the borrowed items, counted as if copied */
     batch_offset *offsets;
     size_t n_offsets, offsets_alloc;
 
@@ -590,6 +594,21 @@ struct tally_batch {
     int64_t chain_events[TALLY_METER_COUNT];
     __int128 chain_qty[TALLY_METER_COUNT];
 };
+
+/* An item's event, raw bytes and origin: in the arena, or the caller's
+ * (tally_batch_add_event_ref). */
+static inline const tally_event *item_event(const batch_item *it)
+{
+    return it->borrowed ? it->ev_ref : &it->u.ev;
+}
+static inline const char *item_raw(const tally_batch *b, const batch_item *it)
+{
+    return it->borrowed ? it->raw_ref : b->arena + it->raw_off;
+}
+static inline const char *item_origin(const tally_batch *b, const batch_item *it)
+{
+    return it->borrowed ? it->origin_ref : b->arena + it->origin_off;
+}
 
 typedef struct batch_touch {
     char account[TALLY_NAME_MAX];

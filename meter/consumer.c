@@ -347,7 +347,7 @@ static void take(tally_consumer *c, const rd_kafka_message_t *m, int64_t now_s, 
         return;
     }
     item *it = &k->items[k->n];
-    if ((p->gen != k->gen && add_off(k, m->partition)) || chunk_copy(k, it, m)) {
+    if ((p->gen != k->gen && add_off(k, m->partition)) || chunk_copy(c, k, it, m)) {
         c->fatal = TALLY_NOMEM;
         return;
     }

@@ -62,14 +62,22 @@ static tally_err arena_put(chunk *k, const void *data, size_t len, size_t *off)
     return TALLY_OK;
 }
 
-tally_err chunk_copy(chunk *k, item *it, const rd_kafka_message_t *m)
+/* The message's key, value and origin, into the chunk's arena. The origin
+ * is formatted here, on the main thread, with the partition's epoch as it is
+ * while the message is taken (check_partition sets it before a partition's
+ * first message, and only while no chunk is in flight). */
+tally_err chunk_copy(const tally_consumer *c, chunk *k, item *it, const rd_kafka_message_t *m)
 {
+    char origin[ORIGIN_MAX];
     it->partition = m->partition;
     it->offset = m->offset;
     it->key_len = m->key_len;
     it->raw_len = m->len;
+    origin_format(c, m->partition, m->offset, origin);
     tally_err e = arena_put(k, m->key, m->key_len, &it->key_off);
-    return e ? e : arena_put(k, m->payload, m->len, &it->raw_off);
+    if (!e)
+        e = arena_put(k, m->payload, m->len, &it->raw_off);
+    return e ? e : arena_put(k, origin, strlen(origin) + 1, &it->origin_off);
 }
 
 void pipeline_drop_fill(tally_consumer *c)
@@ -103,12 +111,12 @@ void origin_format(const tally_consumer *c, int32_t partition, int64_t offset, c
 
 static tally_err queue_chunk(tally_consumer *c, chunk *k)
 {
-    char origin[ORIGIN_MAX];
+    /* The chunk keeps its messages until the commit has returned
+     * (chunk_commit), so the batch borrows them. */
     for (size_t i = 0; i < k->n; i++) {
         const item *it = &k->items[i];
-        const char *raw = k->arena + it->raw_off;
-        origin_format(c, it->partition, it->offset, origin);
-        tally_err e = tally_pipeline_queue(c->b, &it->d, raw, it->raw_len, origin);
+        tally_err e = tally_pipeline_queue_ref(c->b, &it->d, k->arena + it->raw_off, it->raw_len,
+                                               k->arena + it->origin_off);
         if (e)
             return e;
     }

@@ -237,7 +237,7 @@ void dlq_chunk(tally_consumer *c, chunk *k)
             continue;
         const item *it = &k->items[i];
         char *origin = s.origins[s.n];
-        origin_format(c, it->partition, it->offset, origin);
+        snprintf(origin, ORIGIN_MAX, "%s", k->arena + it->origin_off); /* as the batch had it */
         item_reason(c, it, k->results[i], origin, reason);
         const char *raw = k->arena + it->raw_off;
         tally_sha256_hex(raw, it->raw_len, sha);

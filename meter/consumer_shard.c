@@ -88,14 +88,12 @@ typedef struct part_job {
 /* Queues the chunk's items of one partition, in order, and its offsets. */
 static tally_err queue_partition(tally_consumer *c, chunk *k, const chunk_off *o, tally_batch *b)
 {
-    char origin[ORIGIN_MAX];
-    for (size_t i = 0; i < k->n; i++) {
+    for (size_t i = 0; i < k->n; i++) { /* borrowed until the commit: see queue_chunk */
         const item *it = &k->items[i];
         if (it->partition != o->partition)
             continue;
-        const char *raw = k->arena + it->raw_off;
-        origin_format(c, it->partition, it->offset, origin);
-        tally_err e = tally_pipeline_queue(b, &it->d, raw, it->raw_len, origin);
+        tally_err e = tally_pipeline_queue_ref(b, &it->d, k->arena + it->raw_off, it->raw_len,
+                                               k->arena + it->origin_off);
         if (e)
             return e;
     }

@@ -223,6 +223,7 @@ typedef struct item {
     int32_t partition;
     int64_t offset;
     size_t raw_off, raw_len, key_off, key_len; /* in the chunk's arena */
+    size_t origin_off;                         /* ... NUL-terminated (origin_format) */
     tally_decoded d;                           /* tally_pipeline_decode's result */
 } item;
 
@@ -328,9 +329,10 @@ int64_t cons_now_ms(void);
 /* consumer_chunk.c */
 tally_err chunk_init(chunk *k, size_t cap);
 void chunk_free(chunk *k);
-/* Copies a message's key and value into k's arena (the item's offsets).
- * Errors: TALLY_NOMEM. */
-tally_err chunk_copy(chunk *k, item *it, const rd_kafka_message_t *m);
+/* Copies a message's key and value, and formats its origin, into k's arena
+ * (the item's offsets); the batch borrows them from there until the commit
+ * has returned. Errors: TALLY_NOMEM. */
+tally_err chunk_copy(const tally_consumer *c, chunk *k, item *it, const rd_kafka_message_t *m);
 /* Empties the chunk (nothing is committed). */
 void chunk_drop(chunk *k);
 /* Queues k into the batch, commits it, produces dead-letter copies and

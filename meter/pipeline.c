@@ -17,12 +17,13 @@ bool tally_pipeline_decode(const char *raw, size_t len, int64_t now_s, tally_dec
     return out->is_event;
 }
 
-tally_err tally_pipeline_queue(tally_batch *b, const tally_decoded *d, const char *raw, size_t len,
-                               const char *origin)
+static tally_err queue(tally_batch *b, const tally_decoded *d, const char *raw, size_t len,
+                       const char *origin, bool borrow)
 {
     if (!d->is_event)
         return tally_batch_add_reject(b, &d->u.rej, raw, len, origin);
-    tally_err e = tally_batch_add_event(b, &d->u.ev, raw, len, origin);
+    tally_err e = borrow ? tally_batch_add_event_ref(b, &d->u.ev, raw, len, origin)
+                         : tally_batch_add_event(b, &d->u.ev, raw, len, origin);
     /* The decoder only returns events the batch takes (event.h); if that
      * ever broke, the message is still kept, in quarantine. */
     if (e == TALLY_INVAL) {
@@ -31,6 +32,18 @@ tally_err tally_pipeline_queue(tally_batch *b, const tally_decoded *d, const cha
         e = tally_batch_add_reject(b, &rej, raw, len, origin);
     }
     return e;
+}
+
+tally_err tally_pipeline_queue(tally_batch *b, const tally_decoded *d, const char *raw, size_t len,
+                               const char *origin)
+{
+    return queue(b, d, raw, len, origin, false);
+}
+
+tally_err tally_pipeline_queue_ref(tally_batch *b, const tally_decoded *d, const char *raw,
+                                   size_t len, const char *origin)
+{
+    return queue(b, d, raw, len, origin, true);
 }
 
 struct tally_pipeline {

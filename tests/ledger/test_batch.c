@@ -396,6 +396,78 @@ static void test_bad_input(void **state)
     tally_ledger_close(l);
 }
 
+/* ---- Borrowed events (tally_batch_add_event_ref) -------------------------- */
+
+/* A borrowed event is committed exactly as a copied one: accepted, duplicate,
+ * conflict and quarantine alike, with the caller's raw bytes and origin in
+ * quarantine, and nothing of the caller's buffers is read after the commit. */
+static void test_borrowed_events(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-borrow");
+    tally_batch *b;
+    tally_event_result r[5];
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event ev[4] = {
+        accel("r1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 8),
+        accel("r1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 8),
+        accel("r1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 4),
+        accel("r2", "i-1", "h200", TALLY_PRICING_ON_DEMAND, T0, 60, 1),
+    };
+    char raw[4][32], origin[4][32];
+    for (int i = 0; i < 4; i++) {
+        snprintf(raw[i], sizeof raw[i], "{\"raw\":%d}", i);
+        snprintf(origin[i], sizeof origin[i], "kafka:usage/0@%d", i);
+        assert_int_equal(tally_batch_add_event_ref(b, &ev[i], raw[i], strlen(raw[i]), origin[i]),
+                         TALLY_OK);
+    }
+    tally_event copied = accel("r3", "i-2", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 1);
+    add(b, &copied); /* copied and borrowed items mix in one batch */
+    assert_int_equal(tally_batch_count(b), 5);
+    assert_true(tally_batch_bytes(b) >= 4 * strlen("{\"raw\":0}"));
+    tally_batch_stats st = commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[2], TALLY_RESULT_CONFLICT);
+    assert_int_equal(r[3], TALLY_RESULT_QUARANTINED);
+    assert_int_equal(r[4], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(st.accepted, 2);
+    assert_int_equal(tally_batch_bytes(b), 0);
+    char out[256];
+    query_str(l, "SELECT CAST(raw AS TEXT) || ' ' || origin FROM quarantine WHERE event_id = 'r1'",
+              out);
+    assert_string_equal(out, "{\"raw\":2} kafka:usage/0@2");
+    query_str(l,
+              "SELECT reason || ' ' || CAST(raw AS TEXT) || ' ' || origin FROM quarantine "
+              "WHERE event_id = 'r2'",
+              out);
+    assert_string_equal(out, "unknown_sku {\"raw\":3} kafka:usage/0@3");
+    assert_int_equal(card_seconds(l), 8 * 60 + 60);
+
+    /* The caller may reuse its buffers once the commit has returned. */
+    memset(ev, 0xff, sizeof ev);
+    memset(raw, 'z', sizeof raw);
+    memset(origin, 'z', sizeof origin);
+    (void)commit_ok(b, NULL);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine"), 2);
+    assert_int_equal(card_seconds(l), 8 * 60 + 60);
+
+    /* A NULL raw is stored as empty bytes; bad events are refused, unqueued. */
+    tally_event q = accel("r4", "i-1", "h200", TALLY_PRICING_ON_DEMAND, T0, 1, 1);
+    assert_int_equal(tally_batch_add_event_ref(b, &q, NULL, 0, "kafka:usage/0@9"), TALLY_OK);
+    tally_event bad = accel("r5", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 0, 1);
+    assert_int_equal(tally_batch_add_event_ref(b, &bad, "", 0, "x:1"), TALLY_INVAL);
+    assert_int_equal(tally_batch_add_event_ref(b, &q, "", TALLY_EVENT_MAX_BYTES + 1, "x:1"),
+                     TALLY_TOO_LARGE);
+    assert_int_equal(tally_batch_count(b), 1);
+    (void)commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_QUARANTINED);
+    assert_int_equal(query_int(l, "SELECT length(raw) FROM quarantine WHERE event_id = 'r4'"), 0);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 /* ---- Offsets ------------------------------------------------------------------ */
 
 static void test_offsets_cas(void **state)
@@ -743,6 +815,7 @@ int main(void)
         cmocka_unit_test(test_reject_bounded),
         cmocka_unit_test(test_offset_mark_and_gap),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_borrowed_events),
         cmocka_unit_test(test_offsets_cas),
         cmocka_unit_test(test_coalesce_hour),
         cmocka_unit_test(test_coalesce_two_days),

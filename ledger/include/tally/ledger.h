@@ -156,6 +156,15 @@ void tally_batch_destroy(tally_batch *b);
 TALLY_MUST_CHECK tally_err tally_batch_add_event(tally_batch *b, const tally_event *ev,
                                                  const char *raw, size_t len, const char *origin);
 
+/* The same without copying: ev, raw[0..len) and origin stay the caller's and
+ * must stay valid and unchanged until the next tally_batch_commit() has
+ * returned or the batch is destroyed. For a caller that keeps its messages
+ * until they are committed anyway (the meter's chunks). Errors: as
+ * tally_batch_add_event. */
+TALLY_MUST_CHECK tally_err tally_batch_add_event_ref(tally_batch *b, const tally_event *ev,
+                                                     const char *raw, size_t len,
+                                                     const char *origin);
+
 /* Queues a rejected message for quarantine. A message whose origin is already
  * in quarantine is not stored twice. Errors: TALLY_NOMEM. */
 TALLY_MUST_CHECK tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej,

@@ -55,6 +55,13 @@ bool tally_pipeline_decode(const char *raw, size_t len, int64_t now_s, tally_dec
  * Errors (nothing queued): TALLY_NOMEM, TALLY_TOO_LARGE (the batch is full). */
 TALLY_MUST_CHECK tally_err tally_pipeline_queue(tally_batch *b, const tally_decoded *d,
                                                 const char *raw, size_t len, const char *origin);
+/* The same, but an event's d, raw and origin are borrowed until the next
+ * tally_batch_commit() has returned (tally_batch_add_event_ref): the meter,
+ * whose chunks keep their messages until then, copies nothing. A reject is
+ * copied as by tally_pipeline_queue. */
+TALLY_MUST_CHECK tally_err tally_pipeline_queue_ref(tally_batch *b, const tally_decoded *d,
+                                                    const char *raw, size_t len,
+                                                    const char *origin);
 
 /* A batch of messages on its way into one ledger, with running totals. */
 typedef struct tally_pipeline tally_pipeline;
