@@ -70,7 +70,10 @@ static tally_err make_consumer(tally_consumer *c, char *why, size_t cap)
          * million events. So the message count is left to the size bound,
          * and the size holds about half a second of commits. 128 MB ran
          * no faster over 5M events and took the meter's RSS to ~1 GB
-         * (bench/RESULTS.md). */
+         * (bench/RESULTS.md); over 1M events it was slower (seventh pass).
+         * Waking the broker threads early instead (a ListOffsets request
+         * every 20-50 ms while lag exceeds the queue) shortened the stalls
+         * but not the run: the commit thread sets the pace. */
         {"fetch.max.bytes", "16777216"},
         {"queued.max.messages.kbytes", "65536"},
         {"queued.min.messages", "1000000"},
