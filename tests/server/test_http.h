@@ -171,10 +171,12 @@ static inline int http_req_hdr(const http_fixture *f, http_answer *a, const char
     tally_buf_init(&a->body, 0);
     tally_buf_init(&a->headers, 0);
     char auth_opt[160] = "", hdr_opt[1100] = "";
+    /* A header that does not fit fails the test instead of being cut. */
     if (auth)
-        snprintf(auth_opt, sizeof auth_opt, "-H 'Authorization: %s'", auth);
+        assert_true(snprintf(auth_opt, sizeof auth_opt, "-H 'Authorization: %s'", auth) <
+                    (int)sizeof auth_opt);
     if (header)
-        snprintf(hdr_opt, sizeof hdr_opt, "-H '%s'", header);
+        assert_true(snprintf(hdr_opt, sizeof hdr_opt, "-H '%s'", header) < (int)sizeof hdr_opt);
     tally_buf out;
     tally_buf_init(&out, 0);
     int rc = tu_sh(&out,
