@@ -499,20 +499,21 @@ static tally_err burn(bal_engine *b, int64_t t, int64_t *out)
 }
 
 /* inv_gather of the period; the intervals from the cache when it holds
- * this window (which it takes from the first gather that reads them). */
+ * this window (which it takes from the gather that reads them). */
 static tally_err gather(bal_engine *b, const tally_account *acct, int64_t start, int64_t end)
 {
     bal_cache_entry *ce = b->ce;
-    bool given = ce && ce->iv_ok && ce->iv_start == start && ce->iv_end == end;
+    const bal_cache_win *w = ce ? bal_cache_window(ce, start, end) : NULL;
+    bool given = w != NULL;
     tally_err e = TALLY_OK;
     if (given)
-        e = bal_cache_iv_rows(b->cache, ce, &b->in.intervals, &b->in.cap_intervals,
+        e = bal_cache_iv_rows(b->cache, w, &b->in.intervals, &b->in.cap_intervals,
                               &b->in.n_intervals);
     b->in.intervals_given = given;
     if (!e)
         e = inv_gather(b->g, acct, start, end, true, &b->in);
     b->in.intervals_given = false;
-    if (!e && ce && !ce->iv_ok)
+    if (!e && ce && !given)
         bal_cache_iv_load(b->cache, ce, start, end, b->in.intervals, b->in.interval_ids,
                           b->in.n_intervals);
     return e;

@@ -2,8 +2,9 @@
  * (ledger_int.h, "What a batch remembers between its commits").
  *
  * Entries are found by the account's hash; they live in one array that is
- * emptied as a whole when it is full, or when the interval rows held pass
- * BAL_CACHE_ROWS, so memory stays bounded however long the meter runs. */
+ * emptied as a whole when it is full, and a window of interval rows that
+ * would take the rows held past BAL_CACHE_ROWS is dropped, so memory stays
+ * bounded however long the meter runs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,12 +51,17 @@ tally_err bal_cache_create(bal_cache **out)
     return TALLY_OK;
 }
 
-static void entry_release(bal_cache_entry *e)
+static void win_release(bal_cache *c, bal_cache_win *w)
 {
-    free(e->ivs);
-    e->ivs = NULL;
-    e->n_iv = e->cap_iv = 0;
-    e->iv_ok = false;
+    c->rows -= w->n;
+    free(w->ivs);
+    memset(w, 0, sizeof *w);
+}
+
+static void entry_release(bal_cache *c, bal_cache_entry *e)
+{
+    for (size_t i = 0; i < BAL_CACHE_WINDOWS; i++)
+        win_release(c, &e->win[i]);
 }
 
 static void adj_drop(bal_cache *c, bal_cache_entry *e)
@@ -71,7 +77,7 @@ void bal_cache_clear(bal_cache *c)
     if (!c)
         return;
     for (size_t i = 0; i < c->n; i++) {
-        entry_release(&c->v[i]);
+        entry_release(c, &c->v[i]);
         free(c->v[i].adj);
     }
     c->n = 0;
@@ -142,18 +148,13 @@ bool bal_cache_iv_in(int64_t row_start, int64_t row_end, int64_t start, int64_t 
     return row_start > start - 2 * DAY_S && row_start < end + DAY_S && row_end > start - DAY_S;
 }
 
-/* Room for one more row in e; false (and e's rows dropped) past the bound. */
-static bool iv_room(bal_cache *c, bal_cache_entry *e)
+/* Room for one more row in w; false (and w's rows dropped) past the bound. */
+static bool iv_room(bal_cache *c, bal_cache_win *w)
 {
-    if (c->rows >= BAL_CACHE_ROWS) {
-        c->rows -= e->n_iv;
-        entry_release(e);
-        return false;
-    }
-    if (ledger_grow((void **)&e->ivs, e->n_iv, &e->cap_iv, sizeof *e->ivs, 8) == TALLY_OK)
+    if (c->rows < BAL_CACHE_ROWS &&
+        ledger_grow((void **)&w->ivs, w->n, &w->cap, sizeof *w->ivs, 8) == TALLY_OK)
         return true;
-    c->rows -= e->n_iv;
-    entry_release(e);
+    win_release(c, w);
     return false;
 }
 
@@ -163,80 +164,111 @@ static int id_order(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-/* An entry's rows are kept in id order, so that the batch's writes (one
+const bal_cache_win *bal_cache_window(const bal_cache_entry *e, int64_t start, int64_t end)
+{
+    for (size_t i = 0; i < BAL_CACHE_WINDOWS; i++)
+        if (e->win[i].ok && e->win[i].start == start && e->win[i].end == end)
+            return &e->win[i];
+    return NULL;
+}
+
+/* The slot a new window goes into: one holding nothing, else the one
+ * loaded longest ago. */
+static bal_cache_win *win_slot(bal_cache_entry *e)
+{
+    for (size_t i = 0; i < BAL_CACHE_WINDOWS; i++)
+        if (!e->win[i].ok)
+            return &e->win[i];
+    return &e->win[e->win_next++ % BAL_CACHE_WINDOWS];
+}
+
+/* A window's rows are kept in id order, so that the batch's writes (one
  * per interval row it changes) find theirs by binary search. */
 void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
                        const tally_interval *rows, const int64_t *ids, size_t n)
 {
-    c->rows -= e->n_iv;
-    entry_release(e);
-    e->iv_ok = true;
-    e->iv_start = start;
-    e->iv_end = end;
+    bal_cache_win *w = win_slot(e);
+    win_release(c, w);
+    w->ok = true;
+    w->start = start;
+    w->end = end;
     for (size_t i = 0; i < n; i++) {
-        if (!iv_room(c, e))
+        if (!iv_room(c, w))
             return;
-        e->ivs[e->n_iv++] = (bal_cache_iv){ids[i], rows[i]};
+        w->ivs[w->n++] = (bal_cache_iv){ids[i], rows[i]};
         c->rows++;
     }
-    if (e->n_iv > 1)
-        qsort(e->ivs, e->n_iv, sizeof *e->ivs, id_order);
+    if (w->n > 1)
+        qsort(w->ivs, w->n, sizeof *w->ivs, id_order);
 }
 
 /* The row's index, or where it would go (*found false). */
-static size_t iv_index(const bal_cache_entry *e, int64_t id, bool *found)
+static size_t iv_index(const bal_cache_win *w, int64_t id, bool *found)
 {
-    size_t lo = 0, hi = e->n_iv;
+    size_t lo = 0, hi = w->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (e->ivs[mid].id < id)
+        if (w->ivs[mid].id < id)
             lo = mid + 1;
         else
             hi = mid;
     }
-    *found = lo < e->n_iv && e->ivs[lo].id == id;
+    *found = lo < w->n && w->ivs[lo].id == id;
     return lo;
 }
 
-static void iv_remove(bal_cache *c, bal_cache_entry *e, size_t i)
+static void iv_remove(bal_cache *c, bal_cache_win *w, size_t i)
 {
-    memmove(&e->ivs[i], &e->ivs[i + 1], (e->n_iv - i - 1) * sizeof *e->ivs);
-    e->n_iv--;
+    memmove(&w->ivs[i], &w->ivs[i + 1], (w->n - i - 1) * sizeof *w->ivs);
+    w->n--;
     c->rows--;
+}
+
+/* The row written into one window: updated, added, or removed when it no
+ * longer belongs to what the window's gather reads. */
+static void win_put(bal_cache *c, bal_cache_win *w, int64_t id, const tally_interval *iv)
+{
+    bool found;
+    size_t i = iv_index(w, id, &found);
+    bool in = bal_cache_iv_in(iv->start_s, iv->end_s, w->start, w->end);
+    if (found && in) {
+        w->ivs[i].iv = *iv;
+    } else if (found) {
+        iv_remove(c, w, i);
+    } else if (in && iv_room(c, w)) { /* a new row: at the end, as ids grow */
+        memmove(&w->ivs[i + 1], &w->ivs[i], (w->n - i) * sizeof *w->ivs);
+        w->ivs[i] = (bal_cache_iv){id, *iv};
+        w->n++;
+        c->rows++;
+    }
 }
 
 void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally_interval *iv)
 {
     bal_cache_entry *e = bal_cache_find(c, account);
-    /* A row only grows, so one that starts before the bound always did. */
-    if (e && e->adj_ok && iv->start_s < e->adj_reads_to)
-        adj_drop(c, e);
-    if (!e || !e->iv_ok)
+    if (!e)
         return;
-    bool found;
-    size_t i = iv_index(e, id, &found);
-    bool in = bal_cache_iv_in(iv->start_s, iv->end_s, e->iv_start, e->iv_end);
-    if (found && in) {
-        e->ivs[i].iv = *iv;
-    } else if (found) {
-        iv_remove(c, e, i);
-    } else if (in && iv_room(c, e)) { /* a new row: at the end, as ids grow */
-        memmove(&e->ivs[i + 1], &e->ivs[i], (e->n_iv - i) * sizeof *e->ivs);
-        e->ivs[i] = (bal_cache_iv){id, *iv};
-        e->n_iv++;
-        c->rows++;
-    }
+    /* A row only grows, so one that starts before the bound always did. */
+    if (e->adj_ok && iv->start_s < e->adj_reads_to)
+        adj_drop(c, e);
+    for (size_t k = 0; k < BAL_CACHE_WINDOWS; k++)
+        if (e->win[k].ok)
+            win_put(c, &e->win[k], id, iv);
 }
 
 void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id)
 {
     bal_cache_entry *e = bal_cache_find(c, account);
-    if (e && e->adj_ok) /* the row's times are not known here */
+    if (!e)
+        return;
+    if (e->adj_ok) /* the row's times are not known here */
         adj_drop(c, e);
-    bool found = false;
-    size_t i = e && e->iv_ok ? iv_index(e, id, &found) : 0;
-    if (found)
-        iv_remove(c, e, i);
+    for (size_t k = 0; k < BAL_CACHE_WINDOWS; k++) {
+        bool found = false;
+        size_t i = e->win[k].ok ? iv_index(&e->win[k], id, &found) : 0;
+        if (found)
+            iv_remove(c, &e->win[k], i);
+    }
 }
 
 void bal_cache_point_put(bal_cache *c, const char *account, int64_t t_s)
@@ -298,31 +330,31 @@ static int iv_order(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-tally_err bal_cache_iv_rows(bal_cache *c, bal_cache_entry *e, tally_interval **out, size_t *cap,
+tally_err bal_cache_iv_rows(bal_cache *c, const bal_cache_win *w, tally_interval **out, size_t *cap,
                             size_t *n_out)
 {
     /* The gather's order is the index's, (account, start_s, id): a sorted
-     * copy, the entry staying in id order. */
-    if (e->n_iv > c->cap_order) {
-        bal_cache_iv *v = realloc(c->order, e->n_iv * sizeof *v);
+     * copy, the window staying in id order. */
+    if (w->n > c->cap_order) {
+        bal_cache_iv *v = realloc(c->order, w->n * sizeof *v);
         if (!v)
             return TALLY_NOMEM;
         c->order = v;
-        c->cap_order = e->n_iv;
+        c->cap_order = w->n;
     }
-    if (e->n_iv > *cap) {
-        tally_interval *v = realloc(*out, e->n_iv * sizeof *v);
+    if (w->n > *cap) {
+        tally_interval *v = realloc(*out, w->n * sizeof *v);
         if (!v)
             return TALLY_NOMEM;
         *out = v;
-        *cap = e->n_iv;
+        *cap = w->n;
     }
-    if (e->n_iv)
-        memcpy(c->order, e->ivs, e->n_iv * sizeof *e->ivs);
-    if (e->n_iv > 1)
-        qsort(c->order, e->n_iv, sizeof *c->order, iv_order);
-    for (size_t i = 0; i < e->n_iv; i++)
+    if (w->n)
+        memcpy(c->order, w->ivs, w->n * sizeof *w->ivs);
+    if (w->n > 1)
+        qsort(c->order, w->n, sizeof *c->order, iv_order);
+    for (size_t i = 0; i < w->n; i++)
         (*out)[i] = c->order[i].iv;
-    *n_out = e->n_iv;
+    *n_out = w->n;
     return TALLY_OK;
 }

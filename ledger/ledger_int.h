@@ -265,18 +265,28 @@ typedef struct bal_period {
  * connection (PRAGMA data_version moves) empties it (batch_commit.c).
  * So a refresh served from the cache reads what the statements would have
  * returned; tally verify recomputes from the ledger and never uses it.
- * Bounded: BAL_CACHE_ACCOUNTS accounts and BAL_CACHE_ROWS interval rows
- * (past either it starts again, empty) and BAL_CACHE_ADJ_LINES adjustment
- * lines (past it, no more are kept). */
+ * Bounded: BAL_CACHE_ACCOUNTS accounts (past it, it starts again, empty),
+ * BAL_CACHE_WINDOWS windows of interval rows per account and
+ * BAL_CACHE_ROWS rows in all (past it, the window that would grow is
+ * dropped) and BAL_CACHE_ADJ_LINES adjustment lines (past it, no more are
+ * kept). */
 #define BAL_CACHE_ACCOUNTS  32768
 #define BAL_CACHE_ROWS      262144
 #define BAL_CACHE_PERIODS   4
-#define BAL_CACHE_ADJ_LINES 65536 /* adjustment lines held by all entries */
+#define BAL_CACHE_WINDOWS   BAL_CACHE_PERIODS /* interval windows per account: one a period */
+#define BAL_CACHE_ADJ_LINES 65536             /* adjustment lines held by all entries */
 
 typedef struct bal_cache_iv {
     int64_t id;
     tally_interval iv;
 } bal_cache_iv;
+
+typedef struct bal_cache_win {
+    bool ok; /* ivs holds every row the gather of [start, end) reads */
+    int64_t start, end;
+    bal_cache_iv *ivs; /* in id order */
+    size_t n, cap;
+} bal_cache_win;
 
 typedef struct bal_cache_entry {
     tally_account acct;
@@ -288,10 +298,11 @@ typedef struct bal_cache_entry {
     tally_limits lim;
     bool controlled;
     bool invoiced; /* the account has an invoice or credit note */
-    bool iv_ok;    /* ivs holds every row the window [iv_start, iv_end) reads */
-    int64_t iv_start, iv_end;
-    bal_cache_iv *ivs;
-    size_t n_iv, cap_iv;
+    /* The interval rows of up to BAL_CACHE_WINDOWS gathers: an account
+     * has two open periods (or more) until the last is finalized, and each
+     * refresh rates them all. */
+    bal_cache_win win[BAL_CACHE_WINDOWS];
+    unsigned win_next; /* the window the next load replaces, when all are held */
     /* The late-usage adjustments of period adj_period (inv_adjustments),
      * while adj_ok: the batch's usage writes before adj_reads_to, and any
      * row it deletes, end it. */
@@ -312,7 +323,10 @@ tally_err bal_cache_add(bal_cache *c, const tally_account *acct, bal_cache_entry
 /* Whether an interval row belongs to what the gather of [start, end) reads
  * (INV_Q_INTERVALS: a day either side). */
 bool bal_cache_iv_in(int64_t row_start, int64_t row_end, int64_t start, int64_t end);
-/* Holds rows (ids[i], rows[i]) as the window [start, end) of e. */
+/* e's window [start, end), or NULL if it does not hold it. */
+const bal_cache_win *bal_cache_window(const bal_cache_entry *e, int64_t start, int64_t end);
+/* Holds rows (ids[i], rows[i]) as the window [start, end) of e, in a free
+ * slot or in place of the one loaded longest ago. */
 void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
                        const tally_interval *rows, const int64_t *ids, size_t n);
 /* A row of the account written (inserted or updated) or deleted by the batch. */
@@ -331,7 +345,7 @@ void bal_cache_adj_keep(bal_cache *c, bal_cache_entry *e, const char *period, in
                         const tally_line *v, size_t n);
 /* The window's rows in the order the gather returns them (start_s, then
  * id) into out (n_out of them). Errors: TALLY_NOMEM. */
-tally_err bal_cache_iv_rows(bal_cache *c, bal_cache_entry *e, tally_interval **out, size_t *cap,
+tally_err bal_cache_iv_rows(bal_cache *c, const bal_cache_win *w, tally_interval **out, size_t *cap,
                             size_t *n_out);
 
 /* Refreshes the n accounts of t (each with its span of new usage, cause

@@ -652,6 +652,49 @@ static void test_batch_cache(void **state)
     fx_close(&f); /* verify recomputes the stored balance from the ledger */
 }
 
+/* Early in a month an account has two open periods, and each refresh rates
+ * both: the kept batch's cache holds a window of interval rows for each
+ * (ledger/balance_cache.c), and its writes must reach every window a row
+ * belongs to (a gather reads a day either side, so rows near the month's
+ * start are in both). Commit after commit, rows grow, start, and merge (a
+ * filled gap deletes one) in both months; each period's running total is
+ * checked against the hours put in, at 1.98 an hour of rtx4090. */
+static void test_batch_cache_two_periods(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-cache-two", "2026-03-01T12:00:00Z");
+    int64_t feb = at("2026-02-28T12:00:00Z"), mar = at("2026-03-01T00:00:00Z");
+    accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, feb, 3600);
+    accel(&f, "acme", "i-2", "rtx4090", "on_demand", 1, mar, 3600);
+    commit_keep(&f); /* the cache reads both months */
+    int64_t hours = 1;
+    for (int r = 0; r < 3; r++) {
+        /* in each month, a row after a gap ... */
+        accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, feb + (2 * r + 2) * 3600, 3600);
+        accel(&f, "acme", "i-2", "rtx4090", "on_demand", 1, mar + (2 * r + 2) * 3600, 3600);
+        hours++;
+        commit_keep(&f);
+        assert_int_equal(rows_of(&f, "i-1"), 2);
+        assert_int_equal(running(&f, "acme", "2026-02"), 198 * hours);
+        assert_int_equal(running(&f, "acme", "2026-03"), 198 * hours + 99 * r);
+        /* ... then the gap filled: one row grows, the other goes */
+        accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, feb + (2 * r + 1) * 3600, 3600);
+        accel(&f, "acme", "i-2", "rtx4090", "on_demand", 1, mar + (2 * r + 1) * 3600, 3600);
+        accel(&f, "acme", "i-3", "rtx4090", "on_demand", 1, mar + r * 3600, 1800);
+        hours++;
+        commit_keep(&f);
+        assert_int_equal(rows_of(&f, "i-1"), 1);
+        assert_int_equal(rows_of(&f, "i-2"), 1);
+        assert_int_equal(running(&f, "acme", "2026-02"), 198 * hours);
+        assert_int_equal(running(&f, "acme", "2026-03"), 198 * hours + 99 * (r + 1));
+    }
+    assert_int_equal(balance(&f, "acme").running_minor, 2 * 198 * hours + 99 * 3);
+    tally_batch_destroy(f.b);
+    f.b = NULL;
+    fx_close(&f); /* verify recomputes the stored balance from the ledger */
+}
+
 static void tokens(fx *f, const char *account, const char *kind, int64_t n, int64_t t)
 {
     char data[128];
@@ -1146,6 +1189,7 @@ int main(void)
         cmocka_unit_test(test_verify_tampering),
         cmocka_unit_test(test_batch_cache),
         cmocka_unit_test(test_batch_cache_late),
+        cmocka_unit_test(test_batch_cache_two_periods),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
