@@ -147,12 +147,20 @@ size_t tally_batch_bytes(const tally_batch *b)
 
 /* ---- Queueing ------------------------------------------------------------- */
 
+/* Whether n more bytes stay within BATCH_ARENA_CAP, counting the borrowed
+ * items' bytes as if they were copied. */
+static bool bytes_fit(const tally_batch *b, size_t n)
+{
+    size_t used = b->arena_len + b->ref_bytes;
+    return used <= BATCH_ARENA_CAP && n <= BATCH_ARENA_CAP - used;
+}
+
 /* Copies len bytes (plus a NUL when nul) into the arena; *off is where. */
 static tally_err arena_put(tally_batch *b, const char *data, size_t len, bool nul, size_t *off)
 {
-    size_t need = b->arena_len + len + (nul ? 1 : 0);
-    if (need > BATCH_ARENA_CAP)
+    if (!bytes_fit(b, len + (nul ? 1 : 0)))
         return TALLY_TOO_LARGE;
+    size_t need = b->arena_len + len + (nul ? 1 : 0);
     if (need > b->arena_alloc) {
         size_t n = b->arena_alloc ? b->arena_alloc : 65536;
         while (n < need)
@@ -175,17 +183,9 @@ static tally_err arena_put(tally_batch *b, const char *data, size_t len, bool nu
 /* Room for one more item. Errors: TALLY_TOO_LARGE, TALLY_NOMEM. */
 static tally_err items_room(tally_batch *b)
 {
-    if (b->n_items < b->items_alloc)
-        return TALLY_OK;
-    if (b->items_alloc == BATCH_ITEMS_MAX)
+    if (b->n_items == b->items_alloc && b->items_alloc == BATCH_ITEMS_MAX)
         return TALLY_TOO_LARGE;
-    size_t n = b->items_alloc ? b->items_alloc * 2 : 256;
-    batch_item *items = realloc(b->items, n * sizeof *items);
-    if (!items)
-        return TALLY_NOMEM;
-    b->items = items;
-    b->items_alloc = n;
-    return TALLY_OK;
+    return ledger_grow((void **)&b->items, b->n_items, &b->items_alloc, sizeof *b->items, 256);
 }
 
 /* A new item with its origin and raw bytes copied, or an error. */
@@ -238,8 +238,31 @@ static bool valid_event(const tally_event *ev)
     }
 }
 
-tally_err tally_batch_add_event(tally_batch *b, const tally_event *ev, const char *raw, size_t len,
-                                const char *origin)
+/* A new item whose raw bytes and origin stay the caller's, or an error. */
+static tally_err push_ref(tally_batch *b, const char *raw, size_t len, const char *origin,
+                          batch_item **out)
+{
+    size_t n = raw ? len : 0;
+    if (!bytes_fit(b, n))
+        return TALLY_TOO_LARGE;
+    tally_err e = items_room(b);
+    if (e != TALLY_OK)
+        return e;
+    batch_item *it = &b->items[b->n_items++];
+    it->borrowed = true;
+    it->raw_ref = raw ? raw : ""; /* bound as a blob: never NULL */
+    it->origin_ref = origin;
+    it->raw_len = it->raw_size = n;
+    it->sha_off = NO_SHA;
+    b->ref_bytes += n;
+    *out = it;
+    return TALLY_OK;
+}
+
+/* tally_batch_add_event, copying the event, raw and origin or (borrow)
+ * keeping pointers to them. */
+static tally_err add_event(tally_batch *b, const tally_event *ev, const char *raw, size_t len,
+                           const char *origin, bool borrow)
 {
     batch_item *it;
     assert(origin);
@@ -247,40 +270,29 @@ tally_err tally_batch_add_event(tally_batch *b, const tally_event *ev, const cha
         return TALLY_TOO_LARGE;
     if (!valid_event(ev))
         return TALLY_INVAL;
-    tally_err e = push_item(b, raw, len, origin, &it);
+    tally_err e = borrow ? push_ref(b, raw, len, origin, &it) : push_item(b, raw, len, origin, &it);
     if (e != TALLY_OK)
         return e;
     it->is_event = true;
-    it->u.ev = *ev;
+    if (borrow)
+        it->ev_ref = ev;
+    else
+        it->u.ev = *ev;
     if (ev->meter == TALLY_METER_TRAFFIC || ev->meter == TALLY_METER_TOKENS)
         b->n_points_queued++;
     return TALLY_OK;
 }
 
+tally_err tally_batch_add_event(tally_batch *b, const tally_event *ev, const char *raw, size_t len,
+                                const char *origin)
+{
+    return add_event(b, ev, raw, len, origin, false);
+}
+
 tally_err tally_batch_add_event_ref(tally_batch *b, const tally_event *ev, const char *raw,
                                     size_t len, const char *origin)
 {
-    assert(origin);
-    if (len > TALLY_EVENT_MAX_BYTES)
-        return TALLY_TOO_LARGE;
-    if (!valid_event(ev))
-        return TALLY_INVAL;
-    if (len > BATCH_ARENA_CAP - b->arena_len - b->ref_bytes)
-        return TALLY_TOO_LARGE;
-    tally_err e = items_room(b);
-    if (e != TALLY_OK)
-        return e;
-    batch_item *it = &b->items[b->n_items++];
-    it->is_event = it->borrowed = true;
-    it->ev_ref = ev;
-    it->raw_ref = raw ? raw : ""; /* bound as a blob: never NULL */
-    it->origin_ref = origin;
-    it->raw_len = it->raw_size = raw ? len : 0;
-    it->sha_off = NO_SHA;
-    b->ref_bytes += it->raw_len;
-    if (ev->meter == TALLY_METER_TRAFFIC || ev->meter == TALLY_METER_TOKENS)
-        b->n_points_queued++;
-    return TALLY_OK;
+    return add_event(b, ev, raw, len, origin, true);
 }
 
 tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej, const char *raw,

@@ -463,6 +463,37 @@ static void test_borrowed_events(void **state)
     (void)commit_ok(b, r);
     assert_int_equal(r[0], TALLY_RESULT_QUARANTINED);
     assert_int_equal(query_int(l, "SELECT length(raw) FROM quarantine WHERE event_id = 'r4'"), 0);
+
+    /* Raw bytes are kept as bytes, a NUL and a 0xff included, and counted
+     * in the batch's size as if copied. */
+    static const char bin[] = {'{', '\0', '\xff', '}'};
+    tally_event q2 = accel("r7", "i-1", "h200", TALLY_PRICING_ON_DEMAND, T0, 1, 1);
+    assert_int_equal(tally_batch_add_event_ref(b, &q2, bin, sizeof bin, "kafka:usage/0@10"),
+                     TALLY_OK);
+    assert_int_equal(tally_batch_bytes(b), sizeof bin);
+    (void)commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_QUARANTINED);
+    query_str(l, "SELECT length(raw) || ' ' || hex(raw) FROM quarantine WHERE event_id = 'r7'",
+              out);
+    assert_string_equal(out, "4 7B00FF7D");
+
+    /* A commit that fails (its offset moved under it) takes its borrowed
+     * items with it: nothing of them is read, or written, afterwards. */
+    char stale_raw[32] = "{\"raw\":\"stale\"}";
+    tally_event s1 = accel("r6", "i-9", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 1);
+    assert_int_equal(
+        tally_batch_add_event_ref(b, &s1, stale_raw, strlen(stale_raw), "kafka:usage/0@20"),
+        TALLY_OK);
+    assert_int_equal(tally_batch_set_offset(b, "usage", 0, 5, 21), TALLY_OK); /* none stored */
+    assert_int_equal(tally_batch_commit(b, NULL, NULL), TALLY_STALE);
+    assert_int_equal(tally_batch_count(b), 0);
+    assert_int_equal(tally_batch_bytes(b), 0);
+    memset(&s1, 0xff, sizeof s1);
+    memset(stale_raw, 'z', sizeof stale_raw);
+    (void)commit_ok(b, NULL);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals WHERE resource = 'i-9'"),
+                     0);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine WHERE event_id = 'r6'"), 0);
     assert_counts_match(l);
     tally_batch_destroy(b);
     tally_ledger_close(l);
