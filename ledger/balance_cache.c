@@ -172,8 +172,9 @@ const bal_cache_win *bal_cache_window(const bal_cache_entry *e, int64_t start, i
     return NULL;
 }
 
-/* The slot a new window goes into: one holding nothing, else the one
- * loaded longest ago. */
+/* The slot a new window goes into: one holding nothing, else each slot in
+ * turn (an account with more open periods than slots reads the rest from
+ * the ledger, correctly, only slower). */
 static bal_cache_win *win_slot(bal_cache_entry *e)
 {
     for (size_t i = 0; i < BAL_CACHE_WINDOWS; i++)

@@ -302,7 +302,7 @@ typedef struct bal_cache_entry {
      * has two open periods (or more) until the last is finalized, and each
      * refresh rates them all. */
     bal_cache_win win[BAL_CACHE_WINDOWS];
-    unsigned win_next; /* the window the next load replaces, when all are held */
+    unsigned win_next; /* the slot the next load replaces, when all are held */
     /* The late-usage adjustments of period adj_period (inv_adjustments),
      * while adj_ok: the batch's usage writes before adj_reads_to, and any
      * row it deletes, end it. */
@@ -326,7 +326,7 @@ bool bal_cache_iv_in(int64_t row_start, int64_t row_end, int64_t start, int64_t 
 /* e's window [start, end), or NULL if it does not hold it. */
 const bal_cache_win *bal_cache_window(const bal_cache_entry *e, int64_t start, int64_t end);
 /* Holds rows (ids[i], rows[i]) as the window [start, end) of e, in a free
- * slot or in place of the one loaded longest ago. */
+ * slot or, when all are held, in place of each in turn. */
 void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
                        const tally_interval *rows, const int64_t *ids, size_t n);
 /* A row of the account written (inserted or updated) or deleted by the batch. */
