@@ -695,6 +695,36 @@ static void test_batch_cache_two_periods(void **state)
     fx_close(&f); /* verify recomputes the stored balance from the ledger */
 }
 
+/* More open periods than the cache has windows for an account (five months
+ * never invoiced): the windows are taken in turn and the rest is read from
+ * the ledger, and every month's running total stays right, commit after
+ * commit of a kept batch. */
+static void test_batch_cache_many_periods(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-cache-many", "2026-05-15T12:00:00Z");
+    static const char *const months[] = {"2026-01", "2026-02", "2026-03", "2026-04", "2026-05"};
+    enum { N = sizeof months / sizeof *months };
+    int64_t t0[N];
+    for (int m = 0; m < N; m++) {
+        char when[32];
+        snprintf(when, sizeof when, "%s-10T00:00:00Z", months[m]);
+        t0[m] = at(when);
+    }
+    for (int r = 0; r < 3; r++) {
+        for (int m = 0; m < N; m++)
+            accel(&f, "acme", "i-1", "rtx4090", "on_demand", 1, t0[m] + r * 3600, 3600);
+        commit_keep(&f);
+        for (int m = 0; m < N; m++)
+            assert_int_equal(running(&f, "acme", months[m]), 198 * (r + 1));
+    }
+    assert_int_equal(balance(&f, "acme").running_minor, 198 * 3 * N);
+    tally_batch_destroy(f.b);
+    f.b = NULL;
+    fx_close(&f);
+}
+
 static void tokens(fx *f, const char *account, const char *kind, int64_t n, int64_t t)
 {
     char data[128];
@@ -1190,6 +1220,7 @@ int main(void)
         cmocka_unit_test(test_batch_cache),
         cmocka_unit_test(test_batch_cache_late),
         cmocka_unit_test(test_batch_cache_two_periods),
+        cmocka_unit_test(test_batch_cache_many_periods),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
