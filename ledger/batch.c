@@ -41,6 +41,9 @@ static const char *const batch_sql[ST_COUNT_OF] = {
     [ST_IV_INS] = "INSERT INTO usage_intervals(account, meter, pricing, migration, resource, dim, "
                   "weight, start_s, end_s, seq) VALUES (?1, ?5, ?6, ?7, ?8, ?9, ?10, ?2, ?3, ?4)",
     [ST_IV_UPD] = "UPDATE usage_intervals SET start_s = ?2, end_s = ?3, seq = ?4 WHERE id = ?1",
+    /* The usual case: the row grew at its end only. start_s is not in its
+     * SET, so SQLite leaves usage_intervals_by_account alone. */
+    [ST_IV_END] = "UPDATE usage_intervals SET end_s = ?3, seq = ?4 WHERE id = ?1",
     [ST_IV_DEL] = "DELETE FROM usage_intervals WHERE id = ?1",
     [ST_PT_INS] = "INSERT INTO usage_points(account, meter, dim, dim2, t_s, qty, seq) "
                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",

@@ -184,7 +184,6 @@ static tally_err mark_dirty(tally_batch *b, uint32_t idx)
     return TALLY_OK;
 }
 
-/* Stores an interval's row: INSERT the first time, UPDATE afterwards. */
 /* The row as the balance cache holds it (balance_cache.c). */
 static void iv_cached(tally_batch *b, const iv_entry *e)
 {
@@ -201,16 +200,19 @@ static void iv_cached(tally_batch *b, const iv_entry *e)
     bal_cache_iv_put(b->bal_cache, e->account, e->row_id, &iv);
 }
 
+/* Stores an interval's row: INSERT the first time, UPDATE afterwards (of
+ * end_s alone when the start has not moved). */
 static tally_err iv_write(tally_batch *b, iv_entry *e)
 {
     int64_t seq;
     tally_err err = batch_seq(b, &seq);
     if (err != TALLY_OK)
         return err;
-    sqlite3_stmt *st = b->st[e->row_id ? ST_IV_UPD : ST_IV_INS];
-    if (e->row_id) {
-        sqlite3_bind_int64(st, 1, e->row_id);
-    } else {
+    enum batch_stmt which = !e->row_id                     ? ST_IV_INS
+                            : e->start_s == e->row_start_s ? ST_IV_END
+                                                           : ST_IV_UPD;
+    sqlite3_stmt *st = b->st[which];
+    if (which == ST_IV_INS) {
         sqlite3_bind_text(st, 1, e->account, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 5, e->meter);
         sqlite3_bind_int(st, 6, e->pricing);
@@ -218,8 +220,12 @@ static tally_err iv_write(tally_batch *b, iv_entry *e)
         sqlite3_bind_text(st, 8, e->resource, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 9, e->dim, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 10, e->weight);
+        sqlite3_bind_int64(st, 2, e->start_s);
+    } else {
+        sqlite3_bind_int64(st, 1, e->row_id);
+        if (which == ST_IV_UPD)
+            sqlite3_bind_int64(st, 2, e->start_s);
     }
-    sqlite3_bind_int64(st, 2, e->start_s);
     sqlite3_bind_int64(st, 3, e->end_s);
     sqlite3_bind_int64(st, 4, seq);
     err = batch_step(b, st);
@@ -228,6 +234,7 @@ static tally_err iv_write(tally_batch *b, iv_entry *e)
         b->new_intervals++;
     }
     if (err == TALLY_OK) {
+        e->row_start_s = e->start_s;
         e->dirty = false;
         iv_cached(b, e);
     }

@@ -456,8 +456,9 @@ typedef struct batch_offset {
 
 /* An open interval: one usage_intervals row (stored or not yet). */
 typedef struct iv_entry {
-    uint64_t key_hash; /* of (account, meter, pricing, migration, resource, dim, weight) */
-    int64_t row_id;    /* 0: not stored yet */
+    uint64_t key_hash;   /* of (account, meter, pricing, migration, resource, dim, weight) */
+    int64_t row_id;      /* 0: not stored yet */
+    int64_t row_start_s; /* start_s as the row holds it (when row_id) */
     int64_t start_s, end_s, weight;
     uint32_t lru_prev, lru_next; /* index + 1; 0 = none */
     bool dirty, live;
@@ -482,6 +483,7 @@ enum batch_stmt {
     ST_QUARANTINE,
     ST_IV_INS,
     ST_IV_UPD,
+    ST_IV_END,
     ST_IV_DEL,
     ST_PT_INS,
     ST_PT_ADD,
