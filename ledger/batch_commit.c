@@ -599,21 +599,17 @@ static void reset_queue(tally_batch *b)
     b->new_keys = b->new_quarantine = b->new_intervals = b->new_points = 0;
 }
 
-/* The dedupe runs and open intervals held from the last commit are used
- * again only if that commit is durable and nothing but this batch wrote
- * since: no other write on the connection (total changes as the commit
- * left them) and no commit by another connection (PRAGMA data_version), as
- * for the balance cache. An interval row changed or deleted by someone else
- * is then left as they left it, and this commit's usage goes into new rows. */
+/* The dedupe runs held from the last commit are used again only if that
+ * commit is durable and nothing but this batch wrote since: no other write
+ * on the connection (total changes as the commit left them) and no commit
+ * by another connection (PRAGMA data_version), as for the balance cache. */
 static void runs_session(tally_batch *b)
 {
     int64_t dv = b->data_version_at_begin;
-    if (!b->runs_valid || b->changes_at_begin != b->runs_changes || dv != b->runs_data_version) {
+    if (!b->runs_valid || b->changes_at_begin != b->runs_changes || dv != b->runs_data_version)
         runs_forget(b);
-        agg_forget(b);
-    } else {
+    else
         runs_keep_recent(b);
-    }
     b->runs_valid = false; /* until this commit is durable */
     b->runs_data_version = dv;
 }

@@ -659,49 +659,6 @@ static void test_out_of_order(void **state)
     tally_ledger_close(l);
 }
 
-/* An interval row another connection changed or deleted between two
- * commits (someone editing the file): the batch leaves it as they left it
- * and puts its next usage into a new row; none of that usage is lost. */
-static void test_rows_edited_between_commits(void **state)
-{
-    (void)state;
-    tally_ledger *l = open_with_card("batch-edited"), *l2;
-    tally_batch *b;
-    char why[256];
-    assert_int_equal(tally_ledger_open(db_path, &l2, why, sizeof why), TALLY_OK);
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
-    tally_event e1 = accel("x1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 1);
-    tally_event e2 = accel("x2", "i-2", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 1);
-    add(b, &e1);
-    add(b, &e2);
-    commit_ok(b, NULL);
-    /* The open rows are held: a commit that only extends them adds none. */
-    tally_event e3 = accel("x3", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 + 60, 60, 1);
-    add(b, &e3);
-    commit_ok(b, NULL);
-    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals"), 2);
-
-    assert_int_equal(tally_ledger_exec(l2, "UPDATE usage_intervals SET start_s = start_s + 30 "
-                                           "WHERE resource = 'i-1'"),
-                     TALLY_OK);
-    assert_int_equal(tally_ledger_exec(l2, "DELETE FROM usage_intervals WHERE resource = 'i-2'"),
-                     TALLY_OK);
-    tally_event e4 = accel("x4", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 + 120, 60, 1);
-    tally_event e5 = accel("x5", "i-2", "h100", TALLY_PRICING_ON_DEMAND, T0 + 60, 60, 1);
-    add(b, &e4);
-    add(b, &e5);
-    commit_ok(b, NULL);
-    char out[256];
-    query_str(l,
-              "SELECT group_concat(resource || ':' || (start_s - " T0_TEXT ") || '-' || "
-              "(end_s - " T0_TEXT "), ' ') FROM (SELECT * FROM usage_intervals ORDER BY id)",
-              out);
-    assert_string_equal(out, "i-1:30-120 i-1:120-180 i-2:60-120");
-    tally_batch_destroy(b);
-    tally_ledger_close(l2);
-    tally_ledger_close(l);
-}
-
 /* More instances than the open-interval map holds: the least recently used
  * are forgotten, and billing stays exact. */
 static void test_eviction(void **state)
@@ -894,7 +851,6 @@ int main(void)
         cmocka_unit_test(test_coalesce_hour),
         cmocka_unit_test(test_coalesce_two_days),
         cmocka_unit_test(test_out_of_order),
-        cmocka_unit_test(test_rows_edited_between_commits),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_points),
         cmocka_unit_test(test_points_bound_across_commits),
