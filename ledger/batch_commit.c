@@ -602,10 +602,16 @@ static void reset_queue(tally_batch *b)
 /* The dedupe runs held from the last commit are used again only if that
  * commit is durable and nothing but this batch wrote since: no other write
  * on the connection (total changes as the commit left them) and no commit
- * by another connection (PRAGMA data_version), as for the balance cache. */
+ * by another connection (PRAGMA data_version), as for the balance cache.
+ * The open intervals (row id and stored start of each) are forgotten only
+ * on the second: on this connection only the batch writes usage_intervals,
+ * but another connection may have edited or deleted the rows they point
+ * at, and an update by id would then change nothing or keep the edit. */
 static void runs_session(tally_batch *b)
 {
     int64_t dv = b->data_version_at_begin;
+    if (b->runs_valid && dv != b->runs_data_version)
+        agg_forget(b);
     if (!b->runs_valid || b->changes_at_begin != b->runs_changes || dv != b->runs_data_version)
         runs_forget(b);
     else

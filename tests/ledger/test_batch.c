@@ -659,6 +659,48 @@ static void test_out_of_order(void **state)
     tally_ledger_close(l);
 }
 
+/* Another connection edits and deletes interval rows between two commits
+ * (someone at the SQLite file): the batch must not extend a row it no
+ * longer knows. The edited row keeps the edit and is not grown; the deleted
+ * one is not updated into nothing: the usage after it gets rows of its own. */
+static void test_rows_edited_between_commits(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-edited"), *l2;
+    tally_batch *b;
+    char why[256], got[256];
+    assert_int_equal(tally_ledger_open(db_path, &l2, why, sizeof why), TALLY_OK);
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event x1 = accel("x1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 1);
+    tally_event x2 = accel("x2", "i-2", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 1);
+    add(b, &x1);
+    add(b, &x2);
+    commit_ok(b, NULL);
+    tally_event x3 = accel("x3", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 + 60, 60, 1);
+    add(b, &x3);
+    commit_ok(b, NULL);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals"), 2);
+
+    assert_int_equal(tally_ledger_exec(l2, "UPDATE usage_intervals SET start_s = start_s + 30 "
+                                           "WHERE resource = 'i-1'"),
+                     TALLY_OK);
+    assert_int_equal(tally_ledger_exec(l2, "DELETE FROM usage_intervals WHERE resource = 'i-2'"),
+                     TALLY_OK);
+    tally_event x4 = accel("x4", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0 + 120, 60, 1);
+    tally_event x5 = accel("x5", "i-2", "h100", TALLY_PRICING_ON_DEMAND, T0 + 60, 60, 1);
+    add(b, &x4);
+    add(b, &x5);
+    commit_ok(b, NULL);
+    query_str(l,
+              "SELECT group_concat(r, ' ') FROM (SELECT resource || ':' || (start_s - " T0_TEXT
+              ") || '-' || (end_s - " T0_TEXT ") AS r FROM usage_intervals ORDER BY id)",
+              got);
+    assert_string_equal(got, "i-1:30-120 i-1:120-180 i-2:60-120");
+    tally_batch_destroy(b);
+    tally_ledger_close(l2);
+    tally_ledger_close(l);
+}
+
 /* More instances than the open-interval map holds: the least recently used
  * are forgotten, and billing stays exact. */
 static void test_eviction(void **state)
@@ -851,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_coalesce_hour),
         cmocka_unit_test(test_coalesce_two_days),
         cmocka_unit_test(test_out_of_order),
+        cmocka_unit_test(test_rows_edited_between_commits),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_points),
         cmocka_unit_test(test_points_bound_across_commits),
