@@ -49,7 +49,9 @@ _Static_assert(ENC_MAX == sizeof((runs_cache *)0)->code, "runs_cache.code holds 
  * SLOTS_MAX are held, or their contents pass BYTES_MAX, they are written
  * and forgotten (the next use of one reads it again). A slot is about
  * 250 bytes and 16 bytes a record (room for 8 at first, doubling as it
- * fills), so a batch holds at most about 16 + 64 MB. */
+ * fills), so a batch holds at most about 16 + 64 MB. A slot beyond the
+ * held ones (c->n) holds no memory: the windows a commit lets go free
+ * theirs. */
 #define SLOTS_FIRST 256
 #define SLOTS_MAX   65536
 #define BYTES_MAX   ((size_t)64 << 20)
@@ -77,7 +79,7 @@ struct run_slot {
     char prefix[TALLY_ID_MAX];
     uint8_t bits[BITS_BYTES];
     uint32_t cap;       /* records recs has room for */
-    rc_rec *recs;       /* the ids' records in the order of n; kept when the slot is reused */
+    rc_rec *recs;       /* the ids' records in the order of n; let go with the window */
     struct v1_runs *v1; /* NULL: no run of migration 15 in the window */
 };
 
@@ -426,16 +428,27 @@ static tally_err slots_grow(runs_cache *c)
     return TALLY_OK;
 }
 
+/* Lets go of the memory of slots from .. to - 1, which hold no window. */
+static void slots_let_go(runs_cache *c, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++) {
+        struct run_slot *s = &c->slots[i];
+        size_t size = (size_t)s->cap * sizeof *s->recs;
+        if (s->v1)
+            size += sizeof *s->v1 + (size_t)RUN_SPAN * FP_BYTES;
+        c->bytes -= size < c->bytes ? size : c->bytes;
+        free(s->recs);
+        free(s->v1);
+        s->recs = NULL;
+        s->v1 = NULL;
+        s->cap = 0;
+    }
+}
+
 /* Lets go of every slot's memory (they are forgotten). */
 static void slots_release(runs_cache *c)
 {
-    for (size_t i = 0; i < c->cap; i++) {
-        free(c->slots[i].recs);
-        free(c->slots[i].v1);
-        c->slots[i].recs = NULL;
-        c->slots[i].v1 = NULL;
-        c->slots[i].cap = 0;
-    }
+    slots_let_go(c, 0, c->cap);
     c->bytes = 0;
 }
 
@@ -558,6 +571,10 @@ void runs_keep_recent(tally_batch *b)
         k++;
     }
     if (k != c->n) {
+        /* The dropped windows' records are let go, so what is held follows
+         * the windows in use; a slot kept for reuse would grow to the
+         * largest window it ever held, and memory with the stream. */
+        slots_let_go(c, k, c->n);
         c->n = k;
         idx_table_clear(&c->index);
         for (size_t i = 0; i < k; i++)
@@ -572,6 +589,7 @@ void runs_forget(tally_batch *b)
     c->commit_no++;
     if (c->n)
         idx_table_clear(&c->index);
+    slots_let_go(c, 0, c->n);
     c->n = 0;
 }
 

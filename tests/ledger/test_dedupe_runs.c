@@ -12,6 +12,7 @@
 
 #include "testutil.h"
 #include "../../ledger/ledger_int.h"
+#include "../../ledger/run_codec_int.h"
 #include "tally/ledger_sql.h"
 
 #define T0 1772323200LL /* 2026-03-01T00:00:00Z */
@@ -603,6 +604,41 @@ static void test_held_runs_follow_sources(void **state)
     tally_ledger_close(l);
 }
 
+/* A window let go frees its records: what the batch holds is the windows
+ * it keeps, not the largest each slot ever held (memory would otherwise
+ * grow with the stream until BYTES_MAX). */
+static void test_held_memory_follows_windows(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_ledger("runs-memory");
+    tally_batch *b = new_batch(l);
+    for (int i = 0; i < 480; i++) { /* a full window */
+        char id[32];
+        snprintf(id, sizeof id, "m-%08d", i);
+        tally_event ev = event("//hosts/a", id, 0);
+        add(b, &ev);
+    }
+    commit_ok(b, NULL);
+    assert_true(b->runs.bytes >= 480 * sizeof(rc_rec));
+    const char *next[] = {"m-00000480", "m-00000481", "m-00000482"};
+    for (int i = 0; i < 3; i++) { /* the next window, an id a commit */
+        tally_event ev = event("//hosts/a", next[i], 0);
+        add(b, &ev);
+        commit_ok(b, NULL);
+    }
+    assert_int_equal(b->runs.n, 1);
+    assert_true(b->runs.bytes > 0);
+    assert_true(b->runs.bytes <= 8 * sizeof(rc_rec));
+    tally_event ev = event("//hosts/a", "m-00000479", 0); /* let go: read again */
+    tally_event_result r;
+    add(b, &ev);
+    commit_ok(b, &r);
+    assert_int_equal(r, TALLY_RESULT_DUPLICATE);
+    assert_runs_sound(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 /* A commit that fails after its runs were written leaves none of them, and
  * the same events are new to the next commit. */
 static void test_rollback(void **state)
@@ -894,6 +930,7 @@ int main(void)
         cmocka_unit_test(test_many_runs_in_one_commit),
         cmocka_unit_test(test_other_writer_between_commits),
         cmocka_unit_test(test_held_runs_follow_sources),
+        cmocka_unit_test(test_held_memory_follows_windows),
         cmocka_unit_test(test_out_of_order),
         cmocka_unit_test(test_windows_canonical),
         cmocka_unit_test(test_sparse_window),
