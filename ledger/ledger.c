@@ -20,7 +20,11 @@
 #include "tally/ledger_sql.h"
 #include "tally/embed.h"
 
-#define CACHE_KIB_DEFAULT 65536
+/* 8 MiB: what a commit of the write path uses again holds in it, and a
+ * stream's memory stays flat (64 MiB grew with the ledger to its bound:
+ * +10 % from 1M to 5M events, against +2 % and 1.05x the CPU for 8 MiB;
+ * bench/RESULTS.md, "Issue 15, ninth pass"). */
+#define CACHE_KIB_DEFAULT 8192
 #define CACHE_KIB_MIN     1024
 #define CACHE_KIB_MAX     (16LL << 20) /* 16 GiB */
 #define MIGRATIONS_MAX    256

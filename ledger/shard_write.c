@@ -18,7 +18,7 @@
 #include "tally/shard.h"
 
 #define OWNER_MAX       160
-#define CACHE_KIB_SHARD 16384 /* page cache per held shard (main.db keeps 64 MiB) */
+#define CACHE_KIB_SHARD 16384 /* page cache per held shard (main.db keeps 8 MiB) */
 #define CACHE_KIB_MIN   1024
 #define CACHE_KIB_MAX   (16LL << 20)
 
