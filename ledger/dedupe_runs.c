@@ -26,6 +26,7 @@
  * A ledger that has runs of migration 15 (160 ids, 6 bytes of fingerprint
  * each) keeps them: a window is read with the three runs it covers, and an
  * id one of them holds is judged by its fingerprint, as before. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,7 +437,8 @@ static void slots_let_go(runs_cache *c, size_t from, size_t to)
         size_t size = (size_t)s->cap * sizeof *s->recs;
         if (s->v1)
             size += sizeof *s->v1 + (size_t)RUN_SPAN * FP_BYTES;
-        c->bytes -= size < c->bytes ? size : c->bytes;
+        assert(size <= c->bytes); /* what recs_room and v1_load counted */
+        c->bytes -= size;
         free(s->recs);
         free(s->v1);
         s->recs = NULL;
