@@ -411,30 +411,46 @@ void tally_sha256_hex(const void *data, size_t len, char hex[65])
     to_hex(md, HASH_LEN, hex);
 }
 
-tally_err tally_sign_hash(const char *key_path, const char hash_hex[65], char sig_hex[129])
+tally_err trust_sign_pkey(EVP_PKEY *pkey, const char hash_hex[65], char sig_hex[129])
 {
     unsigned char hash[HASH_LEN], sig[SIG_LEN];
+    if (from_hex(hash_hex, hash, HASH_LEN) != 0)
+        return TALLY_INVAL;
+    tally_err err = TALLY_CRYPTO;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    size_t sig_len = sizeof sig;
+    /* Ed25519 is "pure": no separate digest, hence the NULL md. */
+    if (ctx && EVP_DigestSignInit(ctx, NULL, NULL, NULL, pkey) == 1 &&
+        EVP_DigestSign(ctx, sig, &sig_len, hash, sizeof hash) == 1 && sig_len == SIG_LEN) {
+        to_hex(sig, SIG_LEN, sig_hex);
+        err = TALLY_OK;
+    }
+    EVP_MD_CTX_free(ctx);
+    ERR_clear_error();
+    return err;
+}
+
+tally_err trust_signing_key(const char *key_path, EVP_PKEY **out, char id[TALLY_KEY_ID_LEN + 1])
+{
+    tally_err err = cached_key(key_path, 0, out, id);
+    if (err == TALLY_OK && id[0] == '\0' && (err = trust_key_id(*out, id)) != TALLY_OK) {
+        EVP_PKEY_free(*out);
+        *out = NULL;
+    }
+    return err;
+}
+
+tally_err tally_sign_hash(const char *key_path, const char hash_hex[65], char sig_hex[129])
+{
+    unsigned char hash[HASH_LEN];
     if (from_hex(hash_hex, hash, HASH_LEN) != 0)
         return TALLY_INVAL;
     EVP_PKEY *pkey = NULL;
     tally_err err = cached_key(key_path, 0, &pkey, NULL);
     if (err != TALLY_OK)
         return err;
-    err = TALLY_CRYPTO;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (!ctx)
-        goto out_key;
-    size_t sig_len = sizeof sig;
-    /* Ed25519 is "pure": no separate digest, hence the NULL md. */
-    if (EVP_DigestSignInit(ctx, NULL, NULL, NULL, pkey) == 1 &&
-        EVP_DigestSign(ctx, sig, &sig_len, hash, sizeof hash) == 1 && sig_len == SIG_LEN) {
-        to_hex(sig, SIG_LEN, sig_hex);
-        err = TALLY_OK;
-    }
-    EVP_MD_CTX_free(ctx);
-out_key:
+    err = trust_sign_pkey(pkey, hash_hex, sig_hex);
     EVP_PKEY_free(pkey);
-    ERR_clear_error();
     return err;
 }
 

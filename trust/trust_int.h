@@ -17,6 +17,14 @@ tally_err trust_key_id(EVP_PKEY *pkey, char id[TALLY_KEY_ID_LEN + 1]);
 /* Appends pkey's public key as SubjectPublicKeyInfo PEM. */
 tally_err trust_public_pem(EVP_PKEY *pkey, tally_buf *out);
 
+/* The Ed25519 signature (hex) of a SHA-256 (hex) with the private key
+ * pkey. Errors: TALLY_INVAL (not a hash), TALLY_CRYPTO. */
+tally_err trust_sign_pkey(EVP_PKEY *pkey, const char hash_hex[65], char sig_hex[129]);
+/* The private key at key_path (from the key cache) and its key id; the
+ * caller frees *out with EVP_PKEY_free. Errors: TALLY_NOT_FOUND, TALLY_IO,
+ * TALLY_CRYPTO. */
+tally_err trust_signing_key(const char *key_path, EVP_PKEY **out, char id[TALLY_KEY_ID_LEN + 1]);
+
 /* Checks an Ed25519 signature (hex) of a SHA-256 (hex) with pkey. Errors:
  * TALLY_TAMPERED (bad or malformed signature), TALLY_CRYPTO. */
 tally_err trust_verify_pkey(EVP_PKEY *pkey, const char hash_hex[65], const char sig_hex[129]);

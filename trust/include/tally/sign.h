@@ -65,6 +65,25 @@ void tally_sha256_destroy(tally_sha256 *h);
  * hex digits plus NUL. Errors: TALLY_NOT_FOUND (no key), TALLY_CRYPTO. */
 TALLY_MUST_CHECK tally_err tally_sign_hash(const char *key_path, const char hash_hex[65],
                                            char sig_hex[129]);
+/* A thread that signs for one key while its caller does other work: an
+ * invoice run hands it each document's hash, writes what does not need the
+ * signature, then takes the signature. One hash is in flight at a time; the
+ * key is the one at key_path when the signer starts, for all it signs. One
+ * caller thread per signer.
+ *   _start   loads the key and starts the thread. Errors: TALLY_NOT_FOUND
+ *            (no key), TALLY_IO, TALLY_CRYPTO, TALLY_NOMEM.
+ *   _key_id  the key's id (borrowed, valid until _stop).
+ *   _submit  hands over a hash (hex); TALLY_INTERNAL when one is in flight.
+ *   _take    waits for it: its signature, or the error signing gave
+ *            (TALLY_INVAL: not a hash; TALLY_CRYPTO); TALLY_INTERNAL when none
+ *            was submitted.
+ *   _stop    waits for a hash in flight, ends the thread (accepts NULL). */
+typedef struct tally_signer tally_signer;
+TALLY_MUST_CHECK tally_err tally_signer_start(const char *key_path, tally_signer **out);
+const char *tally_signer_key_id(const tally_signer *s);
+TALLY_MUST_CHECK tally_err tally_signer_submit(tally_signer *s, const char hash_hex[65]);
+TALLY_MUST_CHECK tally_err tally_signer_take(tally_signer *s, char sig_hex[129]);
+void tally_signer_stop(tally_signer *s);
 /* Checks a signature with the public key derived from key_path, or with a PEM
  * public key file. Errors: TALLY_TAMPERED (bad signature), TALLY_CRYPTO. */
 TALLY_MUST_CHECK tally_err tally_verify_hash(const char *key_path, const char hash_hex[65],

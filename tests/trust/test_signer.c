@@ -1,0 +1,105 @@
+/* Tests for trust/signer.c: the signing thread gives the signatures
+ * tally_sign_hash gives (Ed25519 is deterministic), keeps its one-slot
+ * protocol, wakes from sleep on either side, and stops cleanly with a hash
+ * in flight. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "tally/sign.h"
+
+static char key[600];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(key, sizeof key, "%s/signer.key", tu_tmpdir("signer"));
+    return tally_keygen(key, 0) == TALLY_OK ? 0 : -1;
+}
+
+static void hash_of(int i, char hex[65])
+{
+    char text[32];
+    int n = snprintf(text, sizeof text, "document %d", i);
+    tally_sha256_hex(text, (size_t)n, hex);
+}
+
+/* Every round trip signs what tally_sign_hash signs; some rounds leave a
+ * side waiting longer than it spins, so both sleep-and-wake paths run. */
+static void test_signatures_match(void **state)
+{
+    (void)state;
+    tally_signer *s = NULL;
+    assert_int_equal(tally_signer_start(key, &s), TALLY_OK);
+    char id[TALLY_KEY_ID_LEN + 1];
+    assert_int_equal(tally_key_id(key, id), TALLY_OK);
+    assert_string_equal(tally_signer_key_id(s), id);
+    for (int i = 0; i < 300; i++) {
+        char hash[65], want[129], got[129];
+        hash_of(i, hash);
+        assert_int_equal(tally_sign_hash(key, hash, want), TALLY_OK);
+        if (i % 50 == 1)
+            usleep(5000); /* the signer falls asleep before this hash */
+        assert_int_equal(tally_signer_submit(s, hash), TALLY_OK);
+        if (i % 50 == 2)
+            usleep(5000); /* the signature waits for the caller */
+        assert_int_equal(tally_signer_take(s, got), TALLY_OK);
+        assert_string_equal(got, want);
+        assert_int_equal(tally_verify_hash(key, hash, got), TALLY_OK);
+    }
+    tally_signer_stop(s);
+}
+
+static void test_one_slot(void **state)
+{
+    (void)state;
+    tally_signer *s = NULL;
+    char hash[65], sig[129];
+    hash_of(1, hash);
+    assert_int_equal(tally_signer_start(key, &s), TALLY_OK);
+    assert_int_equal(tally_signer_take(s, sig), TALLY_INTERNAL); /* nothing submitted */
+    char short_hash[65] = "abc";
+    assert_int_equal(tally_signer_submit(s, short_hash), TALLY_INVAL);
+    assert_int_equal(tally_signer_submit(s, hash), TALLY_OK);
+    assert_int_equal(tally_signer_submit(s, hash), TALLY_INTERNAL); /* one in flight */
+    assert_int_equal(tally_signer_take(s, sig), TALLY_OK);
+    assert_int_equal(tally_signer_take(s, sig), TALLY_INTERNAL);
+    /* 64 characters that are not hex: the signer's error comes back */
+    char bad[65];
+    memset(bad, 'z', 64);
+    bad[64] = '\0';
+    assert_int_equal(tally_signer_submit(s, bad), TALLY_OK);
+    assert_int_equal(tally_signer_take(s, sig), TALLY_INVAL);
+    assert_int_equal(tally_signer_submit(s, hash), TALLY_OK); /* and it goes on */
+    assert_int_equal(tally_signer_take(s, sig), TALLY_OK);
+    assert_int_equal(tally_verify_hash(key, hash, sig), TALLY_OK);
+    tally_signer_stop(s);
+}
+
+static void test_stop_in_flight_and_missing_key(void **state)
+{
+    (void)state;
+    tally_signer *s = NULL;
+    char hash[65];
+    hash_of(2, hash);
+    assert_int_equal(tally_signer_start(key, &s), TALLY_OK);
+    assert_int_equal(tally_signer_submit(s, hash), TALLY_OK);
+    tally_signer_stop(s); /* waits for the signature, then ends the thread */
+    tally_signer_stop(NULL);
+    char missing[700];
+    snprintf(missing, sizeof missing, "%s.missing", key);
+    s = (tally_signer *)1;
+    assert_int_equal(tally_signer_start(missing, &s), TALLY_NOT_FOUND);
+    assert_null(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_signatures_match),
+        cmocka_unit_test(test_one_slot),
+        cmocka_unit_test(test_stop_in_flight_and_missing_key),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
