@@ -309,9 +309,24 @@ static void body(jw *w, const inv_doc *d)
     }
 }
 
-/* Hashes out[start..] + "}" and signs the hash. */
-static tally_err seal(tally_buf *out, size_t start, const char *key_path, char hash[65],
-                      char sig[129])
+/* The document up to its prev_hash: what its hash covers, with a '}'. */
+static void doc_open(jw *w, const inv_doc *d, const char *key_id)
+{
+    head(w, d);
+    body(w, d);
+    str(w, "key_id", key_id);
+    str(w, "prev_hash", d->finalized ? d->prev_hash : "");
+}
+
+static void doc_close(jw *w, const char *hash, const char *sig)
+{
+    str(w, "hash", hash);
+    str(w, "signature", sig);
+    raw(w, "}");
+}
+
+/* The hash of out[start..] + "}". */
+static tally_err doc_hash(tally_buf *out, size_t start, char hash[65])
 {
     tally_err e = tally_buf_puts(out, "}");
     if (e)
@@ -319,38 +334,57 @@ static tally_err seal(tally_buf *out, size_t start, const char *key_path, char h
     tally_sha256_hex(out->data + start, out->len - start, hash);
     out->len--;
     out->data[out->len] = '\0';
-    return tally_sign_hash(key_path, hash, sig);
+    return TALLY_OK;
+}
+
+/* Leaves out as it was at start when e is an error. */
+static tally_err undo(tally_buf *out, size_t start, tally_err e)
+{
+    if (e) {
+        out->len = start;
+        if (out->data)
+            out->data[start] = '\0';
+    }
+    return e;
 }
 
 tally_err inv_doc_json(const inv_doc *d, const char *key_path, tally_buf *out, char hash_hex[65],
                        char sig_hex[129])
 {
     size_t start = out->len;
-    char hash[65] = "", sig[129] = "";
-    jw w = {out, TALLY_OK};
-    head(&w, d);
-    body(&w, d);
-    char key_id[TALLY_KEY_ID_LEN + 1] = "";
+    char hash[65] = "", sig[129] = "", key_id[TALLY_KEY_ID_LEN + 1] = "";
+    jw w = {out, d->finalized ? tally_key_id(key_path, key_id) : TALLY_OK};
+    doc_open(&w, d, key_id);
     if (!w.e && d->finalized)
-        w.e = tally_key_id(key_path, key_id);
-    str(&w, "key_id", key_id);
-    str(&w, "prev_hash", d->finalized ? d->prev_hash : "");
+        w.e = doc_hash(out, start, hash);
     if (!w.e && d->finalized)
-        w.e = seal(out, start, key_path, hash, sig);
-    str(&w, "hash", hash);
-    str(&w, "signature", sig);
-    raw(&w, "}");
-    if (w.e) {
-        out->len = start;
-        if (out->data)
-            out->data[start] = '\0';
+        w.e = tally_sign_hash(key_path, hash, sig);
+    doc_close(&w, hash, sig);
+    if (undo(out, start, w.e))
         return w.e;
-    }
     if (hash_hex)
         memcpy(hash_hex, hash, sizeof hash);
     if (sig_hex)
         memcpy(sig_hex, sig, sizeof sig);
     return TALLY_OK;
+}
+
+tally_err inv_doc_unsealed(const inv_doc *d, const char *key_id, tally_buf *out, char hash_hex[65])
+{
+    size_t start = out->len;
+    jw w = {out, TALLY_OK};
+    doc_open(&w, d, key_id);
+    if (!w.e)
+        w.e = doc_hash(out, start, hash_hex);
+    return undo(out, start, w.e);
+}
+
+tally_err inv_doc_seal(tally_buf *out, const char hash_hex[65], const char sig_hex[129])
+{
+    size_t start = out->len;
+    jw w = {out, TALLY_OK};
+    doc_close(&w, hash_hex, sig_hex);
+    return undo(out, start, w.e);
 }
 
 /* ---- CSV ------------------------------------------------------------------ */

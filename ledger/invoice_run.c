@@ -78,7 +78,8 @@ typedef struct run {
     held *held;                         /* GROUP_ACCOUNTS of them */
     size_t n_held;
     tally_buf held_docs;
-    inv_writer *w; /* writes the files of committed groups (NULL: here) */
+    inv_writer *w;        /* writes the files of committed groups (NULL: here) */
+    tally_signer *signer; /* signs finalized documents on a thread of its own */
     int64_t now_s;
     char *why;
     size_t cap;
@@ -277,6 +278,14 @@ static tally_err drop_draft(run *r, const char *account)
     return ledger_cached_done(r->l, st, sqlite3_step(st));
 }
 
+/* The invoice's entry and the draft's removal: what finalizing writes that
+ * does not need the signature, written while the signer makes it. */
+static tally_err while_signing(run *r, const inv_doc *d)
+{
+    tally_err e = inv_post_invoice(r->l, d);
+    return e ? e : drop_draft(r, d->account);
+}
+
 /* Numbers, chains, signs and stores the invoice, and posts its entry. */
 static tally_err finalize(run *r, const tally_account *a, const tally_rating_result *res,
                           int64_t usage_seq, tally_invoice_summary *s)
@@ -300,7 +309,17 @@ static tally_err finalize(run *r, const tally_account *a, const tally_rating_res
     d.finalized = true;
     d.prev_hash = prev;
     tally_buf_reset(&r->doc);
-    e = inv_doc_json(&d, r->o->key_path, &r->doc, sealed.hash, sealed.signature);
+    e = inv_doc_unsealed(&d, tally_signer_key_id(r->signer), &r->doc, sealed.hash);
+    if (!e)
+        e = tally_signer_submit(r->signer, sealed.hash);
+    if (e)
+        return e;
+    e = while_signing(r, &d);
+    tally_err signed_e = tally_signer_take(r->signer, sealed.signature);
+    if (!e)
+        e = signed_e;
+    if (!e)
+        e = inv_doc_seal(&r->doc, sealed.hash, sealed.signature);
     if (e)
         return e;
     sealed.doc = r->doc.data;
@@ -308,10 +327,6 @@ static tally_err finalize(run *r, const tally_account *a, const tally_rating_res
     e = inv_store(r->l, &d, &sealed);
     if (!e) /* announced from the outbox, in this same transaction */
         e = ledger_outbox_invoice_finalized(r->l, d.invoice_id, a->id, r->doc.data, r->doc.len);
-    if (!e)
-        e = inv_post_invoice(r->l, &d);
-    if (!e)
-        e = drop_draft(r, a->id);
     s->finalized = e == TALLY_OK;
     return e;
 }
@@ -549,12 +564,15 @@ static tally_err load_accounts(run *r, tally_account **out, size_t *n)
 }
 
 /* Finalizing needs a usable signing key: checked once, before anything is
- * written. */
+ * written, by starting the run's signer and signing with it. */
 static tally_err check_key(run *r)
 {
     char sig[129];
-    tally_err e =
-        r->o->key_path ? tally_sign_hash(r->o->key_path, INV_ZERO_HASH, sig) : TALLY_NOT_FOUND;
+    tally_err e = r->o->key_path ? tally_signer_start(r->o->key_path, &r->signer) : TALLY_NOT_FOUND;
+    if (!e)
+        e = tally_signer_submit(r->signer, INV_ZERO_HASH);
+    if (!e)
+        e = tally_signer_take(r->signer, sig);
     if (e)
         snprintf(r->why, r->cap, "signing key %s: %s (create one with 'tally keygen')",
                  r->o->key_path ? r->o->key_path : "(none)", tally_err_str(e));
@@ -732,6 +750,7 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
     if (!e)
         e = run_all(&r);
     inv_writer_stop(r.w);
+    tally_signer_stop(r.signer);
     inv_gatherer_destroy(r.g);
     bal_engine_destroy(r.bal);
     inv_input_release(&r.in);

@@ -953,6 +953,13 @@ typedef struct inv_doc {
  * TALLY_NOT_FOUND (key). */
 tally_err inv_doc_json(const inv_doc *d, const char *key_path, tally_buf *out, char hash_hex[65],
                        char sig_hex[129]);
+/* The same in two steps, for a signature made elsewhere (a tally_signer):
+ * _unsealed appends a finalized document up to its prev_hash, with key_id
+ * named in it, and computes its hash; _seal appends the hash and signature
+ * that close it. Each leaves out as it was on an error. Errors:
+ * TALLY_NOMEM, TALLY_TOO_LARGE, TALLY_OVERFLOW. */
+tally_err inv_doc_unsealed(const inv_doc *d, const char *key_id, tally_buf *out, char hash_hex[65]);
+tally_err inv_doc_seal(tally_buf *out, const char hash_hex[65], const char sig_hex[129]);
 
 /* Appends the CSV form of a canonical JSON document (header + one row per
  * line). Errors: TALLY_PARSE, TALLY_NOMEM, TALLY_TOO_LARGE. */
