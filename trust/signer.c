@@ -10,7 +10,11 @@
  * asleep wakes it. Sleeping is announced (sleeper) before the slot is
  * looked at once more under the mutex, and the slot is written before the
  * announcement is read, both sequentially consistent, so no wakeup is
- * missed. */
+ * missed.
+ *
+ * Without a thread (threaded false) the same calls sign in _submit: for a
+ * caller whose other threads keep the second core busy, where the spinning
+ * would take time from them. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -26,6 +30,7 @@
 enum { SLOT_EMPTY, SLOT_HASH, SLOT_SIGNED, SLOT_QUIT };
 
 struct tally_signer {
+    bool threaded; /* else each hash is signed in _submit */
     EVP_PKEY *pkey;
     char key_id[TALLY_KEY_ID_LEN + 1];
     pthread_t thread;
@@ -83,7 +88,7 @@ static void *signer_main(void *arg)
     return NULL;
 }
 
-tally_err tally_signer_start(const char *key_path, tally_signer **out)
+tally_err tally_signer_start(const char *key_path, bool threaded, tally_signer **out)
 {
     *out = NULL;
     tally_signer *s = calloc(1, sizeof *s);
@@ -94,12 +99,13 @@ tally_err tally_signer_start(const char *key_path, tally_signer **out)
         free(s);
         return e;
     }
+    s->threaded = threaded;
     atomic_init(&s->slot, SLOT_EMPTY);
     atomic_init(&s->signer_asleep, false);
     atomic_init(&s->caller_asleep, false);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (pthread_create(&s->thread, NULL, signer_main, s) != 0) {
+    if (threaded && pthread_create(&s->thread, NULL, signer_main, s) != 0) {
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
         EVP_PKEY_free(s->pkey);
@@ -122,6 +128,11 @@ tally_err tally_signer_submit(tally_signer *s, const char hash_hex[65])
     if (atomic_load(&s->slot) != SLOT_EMPTY)
         return TALLY_INTERNAL;
     memcpy(s->hash, hash_hex, 65);
+    if (!s->threaded) {
+        s->err = trust_sign_pkey(s->pkey, s->hash, s->sig);
+        atomic_store(&s->slot, SLOT_SIGNED);
+        return TALLY_OK;
+    }
     put(s, SLOT_HASH, &s->signer_asleep);
     return TALLY_OK;
 }
@@ -142,10 +153,12 @@ void tally_signer_stop(tally_signer *s)
 {
     if (!s)
         return;
-    if (atomic_load(&s->slot) == SLOT_HASH) /* a hash in flight is signed first */
-        await(s, SLOT_SIGNED, SLOT_SIGNED, &s->caller_asleep);
-    put(s, SLOT_QUIT, &s->signer_asleep);
-    pthread_join(s->thread, NULL);
+    if (s->threaded) {
+        if (atomic_load(&s->slot) == SLOT_HASH) /* a hash in flight is signed first */
+            await(s, SLOT_SIGNED, SLOT_SIGNED, &s->caller_asleep);
+        put(s, SLOT_QUIT, &s->signer_asleep);
+        pthread_join(s->thread, NULL);
+    }
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     EVP_PKEY_free(s->pkey);

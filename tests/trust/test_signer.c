@@ -1,7 +1,8 @@
 /* Tests for trust/signer.c: the signing thread gives the signatures
  * tally_sign_hash gives (Ed25519 is deterministic), keeps its one-slot
  * protocol, wakes from sleep on either side, and stops cleanly with a hash
- * in flight. */
+ * in flight; the same without a thread. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,9 +30,9 @@ static void hash_of(int i, char hex[65])
  * side waiting longer than it spins, so both sleep-and-wake paths run. */
 static void test_signatures_match(void **state)
 {
-    (void)state;
+    bool threaded = *(bool *)*state;
     tally_signer *s = NULL;
-    assert_int_equal(tally_signer_start(key, &s), TALLY_OK);
+    assert_int_equal(tally_signer_start(key, threaded, &s), TALLY_OK);
     char id[TALLY_KEY_ID_LEN + 1];
     assert_int_equal(tally_key_id(key, id), TALLY_OK);
     assert_string_equal(tally_signer_key_id(s), id);
@@ -53,11 +54,11 @@ static void test_signatures_match(void **state)
 
 static void test_one_slot(void **state)
 {
-    (void)state;
+    bool threaded = *(bool *)*state;
     tally_signer *s = NULL;
     char hash[65], sig[129];
     hash_of(1, hash);
-    assert_int_equal(tally_signer_start(key, &s), TALLY_OK);
+    assert_int_equal(tally_signer_start(key, threaded, &s), TALLY_OK);
     assert_int_equal(tally_signer_take(s, sig), TALLY_INTERNAL); /* nothing submitted */
     char short_hash[65] = "abc";
     assert_int_equal(tally_signer_submit(s, short_hash), TALLY_INVAL);
@@ -79,27 +80,33 @@ static void test_one_slot(void **state)
 
 static void test_stop_in_flight_and_missing_key(void **state)
 {
-    (void)state;
+    bool threaded = *(bool *)*state;
     tally_signer *s = NULL;
     char hash[65];
     hash_of(2, hash);
-    assert_int_equal(tally_signer_start(key, &s), TALLY_OK);
+    assert_int_equal(tally_signer_start(key, threaded, &s), TALLY_OK);
     assert_int_equal(tally_signer_submit(s, hash), TALLY_OK);
     tally_signer_stop(s); /* waits for the signature, then ends the thread */
     tally_signer_stop(NULL);
     char missing[700];
     snprintf(missing, sizeof missing, "%s.missing", key);
     s = (tally_signer *)1;
-    assert_int_equal(tally_signer_start(missing, &s), TALLY_NOT_FOUND);
+    assert_int_equal(tally_signer_start(missing, true, &s), TALLY_NOT_FOUND);
     assert_null(s);
 }
 
+static bool with_thread = true, without_thread = false;
+
 int main(void)
 {
+    /* each test with the signing thread, then signing in _submit */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_signatures_match),
-        cmocka_unit_test(test_one_slot),
-        cmocka_unit_test(test_stop_in_flight_and_missing_key),
+        cmocka_unit_test_prestate(test_signatures_match, &with_thread),
+        cmocka_unit_test_prestate(test_one_slot, &with_thread),
+        cmocka_unit_test_prestate(test_stop_in_flight_and_missing_key, &with_thread),
+        cmocka_unit_test_prestate(test_signatures_match, &without_thread),
+        cmocka_unit_test_prestate(test_one_slot, &without_thread),
+        cmocka_unit_test_prestate(test_stop_in_flight_and_missing_key, &without_thread),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -3,6 +3,7 @@
 #ifndef TALLY_SIGN_H
 #define TALLY_SIGN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,8 +71,10 @@ TALLY_MUST_CHECK tally_err tally_sign_hash(const char *key_path, const char hash
  * signature, then takes the signature. One hash is in flight at a time; the
  * key is the one at key_path when the signer starts, for all it signs. One
  * caller thread per signer.
- *   _start   loads the key and starts the thread. Errors: TALLY_NOT_FOUND
- *            (no key), TALLY_IO, TALLY_CRYPTO, TALLY_NOMEM.
+ *   _start   loads the key and starts the thread (threaded false: none;
+ *            then _submit signs, at once, and the calls are otherwise the
+ *            same). Errors: TALLY_NOT_FOUND (no key), TALLY_IO,
+ *            TALLY_CRYPTO, TALLY_NOMEM.
  *   _key_id  the key's id (borrowed, valid until _stop).
  *   _submit  hands over a hash (hex); TALLY_INTERNAL when one is in flight.
  *   _take    waits for it: its signature, or the error signing gave
@@ -79,7 +82,8 @@ TALLY_MUST_CHECK tally_err tally_sign_hash(const char *key_path, const char hash
  *            was submitted.
  *   _stop    waits for a hash in flight, ends the thread (accepts NULL). */
 typedef struct tally_signer tally_signer;
-TALLY_MUST_CHECK tally_err tally_signer_start(const char *key_path, tally_signer **out);
+TALLY_MUST_CHECK tally_err tally_signer_start(const char *key_path, bool threaded,
+                                              tally_signer **out);
 const char *tally_signer_key_id(const tally_signer *s);
 TALLY_MUST_CHECK tally_err tally_signer_submit(tally_signer *s, const char hash_hex[65]);
 TALLY_MUST_CHECK tally_err tally_signer_take(tally_signer *s, char sig_hex[129]);
