@@ -363,8 +363,10 @@ static tally_err account_body(run *r, const tally_account *a, tally_invoice_summ
     bool live = false;
     int64_t usage_seq = 0;
     tally_err e = live_invoice(r, a, s, &live);
-    if (!e && !live && r->o->finalize)
+    if (!e && !live && r->o->finalize) {
+        tally_signer_expect(r->signer); /* awake by the time the document is hashed */
         e = inv_usage_seq(r->l, &usage_seq);
+    }
     if (!e && !live)
         e = rate(r, a, &res, skip);
     if (!e && !live && !*skip) {

@@ -41,7 +41,16 @@ static void test_signatures_match(void **state)
         hash_of(i, hash);
         assert_int_equal(tally_sign_hash(key, hash, want), TALLY_OK);
         if (i % 50 == 1)
-            usleep(5000); /* the signer falls asleep before this hash */
+            usleep(5000);  /* the signer falls asleep before this hash */
+        if (i % 50 == 3) { /* asleep, told a hash is coming, spinning for it */
+            usleep(5000);
+            tally_signer_expect(s);
+            usleep(100);
+        }
+        if (i % 50 == 4) { /* told, and the hash comes after it slept again */
+            tally_signer_expect(s);
+            usleep(5000);
+        }
         assert_int_equal(tally_signer_submit(s, hash), TALLY_OK);
         if (i % 50 == 2)
             usleep(5000); /* the signature waits for the caller */
@@ -87,6 +96,10 @@ static void test_stop_in_flight_and_missing_key(void **state)
     assert_int_equal(tally_signer_start(key, threaded, &s), TALLY_OK);
     assert_int_equal(tally_signer_submit(s, hash), TALLY_OK);
     tally_signer_stop(s); /* waits for the signature, then ends the thread */
+    assert_int_equal(tally_signer_start(key, threaded, &s), TALLY_OK);
+    tally_signer_expect(s); /* a hash that never comes */
+    usleep(1000);
+    tally_signer_stop(s);
     tally_signer_stop(NULL);
     char missing[700];
     snprintf(missing, sizeof missing, "%s.missing", key);

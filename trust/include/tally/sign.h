@@ -76,6 +76,8 @@ TALLY_MUST_CHECK tally_err tally_sign_hash(const char *key_path, const char hash
  *            same). Errors: TALLY_NOT_FOUND (no key), TALLY_IO,
  *            TALLY_CRYPTO, TALLY_NOMEM.
  *   _key_id  the key's id (borrowed, valid until _stop).
+ *   _expect  says a hash will come soon (say, 100 us): the thread wakes, so
+ *            that it is awake when the hash comes. Optional.
  *   _submit  hands over a hash (hex); TALLY_INTERNAL when one is in flight.
  *   _take    waits for it: its signature, or the error signing gave
  *            (TALLY_INVAL: not a hash; TALLY_CRYPTO); TALLY_INTERNAL when none
@@ -85,6 +87,7 @@ typedef struct tally_signer tally_signer;
 TALLY_MUST_CHECK tally_err tally_signer_start(const char *key_path, bool threaded,
                                               tally_signer **out);
 const char *tally_signer_key_id(const tally_signer *s);
+void tally_signer_expect(tally_signer *s);
 TALLY_MUST_CHECK tally_err tally_signer_submit(tally_signer *s, const char hash_hex[65]);
 TALLY_MUST_CHECK tally_err tally_signer_take(tally_signer *s, char sig_hex[129]);
 void tally_signer_stop(tally_signer *s);
