@@ -53,6 +53,16 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* One step of a spin: tells the core this is a wait loop where it can. */
+static void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static bool wanted(int v, int want_a, int want_b)
 {
     return v == want_a || v == want_b;
@@ -67,7 +77,7 @@ static int await(tally_signer *s, int want_a, int want_b, atomic_bool *asleep, a
         for (int64_t end = now_ns() + SPIN_NS; !wanted(v, want_a, want_b) && now_ns() < end;
              v = atomic_load(&s->slot))
             for (int i = 0; i < 64; i++)
-                __builtin_ia32_pause();
+                relax();
         if (wanted(v, want_a, want_b))
             return v;
         bool woken = false;
@@ -83,14 +93,21 @@ static int await(tally_signer *s, int want_a, int want_b, atomic_bool *asleep, a
     }
 }
 
-static void put(tally_signer *s, int v, atomic_bool *other_asleep)
+/* Wakes the other side if it said it sleeps; call after writing what it
+ * waits for. */
+static void wake(tally_signer *s, atomic_bool *other_asleep)
 {
-    atomic_store(&s->slot, v);
     if (atomic_load(other_asleep)) {
         pthread_mutex_lock(&s->mu);
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
+}
+
+static void put(tally_signer *s, int v, atomic_bool *other_asleep)
+{
+    atomic_store(&s->slot, v);
+    wake(s, other_asleep);
 }
 
 static void *signer_main(void *arg)
@@ -143,11 +160,7 @@ void tally_signer_expect(tally_signer *s)
     if (!s->threaded)
         return;
     atomic_store(&s->nudged, true);
-    if (atomic_load(&s->signer_asleep)) {
-        pthread_mutex_lock(&s->mu);
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-    }
+    wake(s, &s->signer_asleep);
 }
 
 tally_err tally_signer_submit(tally_signer *s, const char hash_hex[65])
@@ -168,7 +181,7 @@ tally_err tally_signer_submit(tally_signer *s, const char hash_hex[65])
 
 tally_err tally_signer_take(tally_signer *s, char sig_hex[129])
 {
-    if (atomic_load(&s->slot) != SLOT_HASH && atomic_load(&s->slot) != SLOT_SIGNED)
+    if (!wanted(atomic_load(&s->slot), SLOT_HASH, SLOT_SIGNED))
         return TALLY_INTERNAL;
     await(s, SLOT_SIGNED, SLOT_SIGNED, &s->caller_asleep, NULL);
     tally_err e = s->err;
