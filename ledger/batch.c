@@ -134,6 +134,7 @@ void tally_batch_destroy(tally_batch *b)
     free(b->account_names);
     free(b->items);
     free(b->arena);
+    free(b->strs);
     free(b->offsets);
     free(b);
 }
@@ -181,6 +182,104 @@ static tally_err arena_put(tally_batch *b, const char *data, size_t len, bool nu
         b->arena[b->arena_len + len] = '\0';
     b->arena_len = need;
     return TALLY_OK;
+}
+
+/* What the packing is for: an item a quarter of a tally_event's size. */
+_Static_assert(sizeof(batch_item) <= 160, "a batch item holds its event packed");
+
+/* Room for n more bytes of strings. Errors: TALLY_NOMEM. */
+static tally_err strs_room(tally_batch *b, size_t n)
+{
+    if (b->strs_alloc - b->strs_len >= n)
+        return TALLY_OK;
+    size_t cap = b->strs_alloc ? b->strs_alloc : 65536;
+    while (cap - b->strs_len < n)
+        cap *= 2;
+    char *p = realloc(b->strs, cap);
+    if (!p)
+        return TALLY_NOMEM;
+    b->strs = p;
+    b->strs_alloc = cap;
+    return TALLY_OK;
+}
+
+/* Appends s (n bytes) and its NUL to strs; strs_room made room. */
+static size_t strs_put(tally_batch *b, const char *s, size_t n)
+{
+    size_t off = b->strs_len;
+    memcpy(b->strs + off, s, n);
+    b->strs[off + n] = '\0';
+    b->strs_len += n + 1;
+    return off;
+}
+
+/* The event's strings, in the order of BATCH_EVENT_STRS. */
+static void event_strs(const tally_event *ev, const char *str[BATCH_EVENT_STRS],
+                       size_t cap[BATCH_EVENT_STRS])
+{
+    const char *s[BATCH_EVENT_STRS] = {ev->id,       ev->source, ev->account,
+                                       ev->resource, ev->dim,    ev->dim2};
+    const size_t c[BATCH_EVENT_STRS] = {sizeof ev->id,       sizeof ev->source, sizeof ev->account,
+                                        sizeof ev->resource, sizeof ev->dim,    sizeof ev->dim2};
+    memcpy(str, s, sizeof s);
+    memcpy(cap, c, sizeof c);
+}
+
+/* Packs a valid event (its strings terminated within their arrays) into
+ * *out and strs. Errors: TALLY_NOMEM. */
+static tally_err pack_event(tally_batch *b, const tally_event *ev, batch_event *out)
+{
+    const char *str[BATCH_EVENT_STRS];
+    size_t cap[BATCH_EVENT_STRS], len[BATCH_EVENT_STRS], total = 0;
+    event_strs(ev, str, cap);
+    for (int i = 0; i < BATCH_EVENT_STRS; i++) {
+        len[i] = strnlen(str[i], cap[i]);
+        total += len[i] + 1;
+    }
+    tally_err e = strs_room(b, total);
+    if (e != TALLY_OK)
+        return e;
+    *out = (batch_event){.time_s = ev->time_s,
+                         .seconds = ev->seconds,
+                         .weight = ev->weight,
+                         .key = {ev->key[0], ev->key[1]},
+                         .untimed = ev->untimed,
+                         .strs_off = b->strs_len,
+                         .meter = (int32_t)ev->meter,
+                         .pricing = (int32_t)ev->pricing,
+                         .migration = ev->migration};
+    for (int i = 0; i < BATCH_EVENT_STRS; i++) {
+        out->len[i] = (uint8_t)len[i]; /* each below 256: TALLY_ID_MAX is 128 */
+        (void)strs_put(b, str[i], len[i]);
+    }
+    return TALLY_OK;
+}
+
+const tally_event *batch_item_event(const tally_batch *b, const batch_item *it,
+                                    tally_event *scratch)
+{
+    if (it->borrowed)
+        return it->ev_ref;
+    const batch_event *p = &it->u.ev;
+    memset(scratch, 0, sizeof *scratch);
+    scratch->meter = (tally_meter)p->meter;
+    scratch->pricing = (tally_pricing)p->pricing;
+    scratch->migration = p->migration;
+    scratch->time_s = p->time_s;
+    scratch->seconds = p->seconds;
+    scratch->weight = p->weight;
+    scratch->key[0] = p->key[0];
+    scratch->key[1] = p->key[1];
+    scratch->untimed = p->untimed;
+    const char *str[BATCH_EVENT_STRS];
+    size_t cap[BATCH_EVENT_STRS];
+    event_strs(scratch, str, cap);
+    const char *from = b->strs + p->strs_off;
+    for (int i = 0; i < BATCH_EVENT_STRS; i++) {
+        memcpy((char *)str[i], from, p->len[i]); /* the rest of the array is zero */
+        from += p->len[i] + 1;
+    }
+    return scratch;
 }
 
 /* Room for one more item. Errors: TALLY_TOO_LARGE, TALLY_NOMEM. */
@@ -273,14 +372,18 @@ static tally_err add_event(tally_batch *b, const tally_event *ev, const char *ra
         return TALLY_TOO_LARGE;
     if (!valid_event(ev))
         return TALLY_INVAL;
+    size_t arena_mark = b->arena_len;
     tally_err e = borrow ? push_ref(b, raw, len, origin, &it) : push_item(b, raw, len, origin, &it);
     if (e != TALLY_OK)
         return e;
     it->is_event = true;
     if (borrow)
         it->ev_ref = ev;
-    else
-        it->u.ev = *ev;
+    else if ((e = pack_event(b, ev, &it->u.ev)) != TALLY_OK) {
+        b->n_items--; /* the item goes, with its copies */
+        b->arena_len = arena_mark;
+        return e;
+    }
     if (ev->meter == TALLY_METER_TRAFFIC || ev->meter == TALLY_METER_TOKENS)
         b->n_points_queued++;
     return TALLY_OK;
@@ -314,7 +417,7 @@ tally_err tally_batch_add_reject_cut(tally_batch *b, const tally_reject *rej, co
                                      const char *origin)
 {
     batch_item *it;
-    size_t sha_off = NO_SHA;
+    size_t sha_off = NO_SHA, arena_mark = b->arena_len;
     assert(origin && rej);
     if (whole_sha256) {
         tally_err e = arena_put(b, whole_sha256, 64, true, &sha_off);
@@ -330,11 +433,17 @@ tally_err tally_batch_add_reject_cut(tally_batch *b, const tally_reject *rej, co
         it->sha_off = sha_off;
     }
     it->is_event = false;
-    memset(&it->u.rej, 0, sizeof it->u.rej);
-    snprintf(it->u.rej.reason, sizeof it->u.rej.reason, "%.*s", (int)sizeof rej->reason - 1,
-             rej->reason[0] ? rej->reason : "rejected");
-    snprintf(it->u.rej.detail, sizeof it->u.rej.detail, "%.*s", (int)sizeof rej->detail - 1,
-             rej->detail);
+    const char *reason = rej->reason[0] ? rej->reason : "rejected";
+    size_t nr = strnlen(reason, sizeof rej->reason - 1),
+           nd = strnlen(rej->detail, sizeof rej->detail - 1);
+    e = strs_room(b, nr + nd + 2);
+    if (e != TALLY_OK) {
+        b->n_items--; /* the item goes, with its copies */
+        b->arena_len = arena_mark;
+        return e;
+    }
+    it->u.rej.reason_off = strs_put(b, reason, nr);
+    it->u.rej.detail_off = strs_put(b, rej->detail, nd);
     return TALLY_OK;
 }
 

@@ -406,7 +406,8 @@ typedef struct pt_probe {
 static bool pt_eq(const void *ctx, uint32_t idx)
 {
     const pt_probe *p = ctx;
-    const tally_event *a = p->b->pts[idx].ev, *ev = p->ev;
+    const struct pt_key *a = &p->b->pts[idx].key;
+    const tally_event *ev = p->ev;
     return a->time_s == ev->time_s && a->meter == ev->meter &&
            strcmp(a->account, ev->account) == 0 && strcmp(a->dim, ev->dim) == 0 &&
            strcmp(a->dim2, ev->dim2) == 0;
@@ -476,7 +477,12 @@ tally_err agg_point(tally_batch *b, const tally_event *ev)
     if (__builtin_add_overflow(stored, ev->weight, &sum))
         return TALLY_OVERFLOW;
     assert(b->n_pts < b->pts_alloc);
-    b->pts[b->n_pts] = (pt_entry){ev, ev->weight, stored};
+    pt_entry *pe = &b->pts[b->n_pts];
+    *pe = (pt_entry){
+        .key = {.meter = ev->meter, .time_s = ev->time_s}, .qty = ev->weight, .stored = stored};
+    memcpy(pe->key.account, ev->account, sizeof pe->key.account);
+    memcpy(pe->key.dim, ev->dim, sizeof pe->key.dim);
+    memcpy(pe->key.dim2, ev->dim2, sizeof pe->key.dim2);
     idx_table_insert(&b->pt_index, h, (uint32_t)b->n_pts++);
     return TALLY_OK;
 }
@@ -484,7 +490,7 @@ tally_err agg_point(tally_batch *b, const tally_event *ev)
 /* INSERT a new second; if it is already stored, add to it. */
 static tally_err pt_write(tally_batch *b, const pt_entry *p, int64_t seq)
 {
-    const tally_event *ev = p->ev;
+    const struct pt_key *ev = &p->key;
     if (b->bal_cache)
         bal_cache_point_put(b->bal_cache, ev->account, ev->time_s);
     for (int k = 0; k < 2; k++) {
@@ -518,8 +524,8 @@ static tally_err pt_write(tally_batch *b, const pt_entry *p, int64_t seq)
  * insert lands next to the one before, and a dimension's hours are runs. */
 static int pt_key_cmp(const void *a, const void *b)
 {
-    const tally_event *x = (*(const pt_entry *const *)a)->ev;
-    const tally_event *y = (*(const pt_entry *const *)b)->ev;
+    const struct pt_key *x = &(*(const pt_entry *const *)a)->key;
+    const struct pt_key *y = &(*(const pt_entry *const *)b)->key;
     int c = strcmp(x->account, y->account);
     if (!c)
         c = (x->meter > y->meter) - (x->meter < y->meter);
@@ -532,14 +538,14 @@ static int pt_key_cmp(const void *a, const void *b)
     return c;
 }
 
-static bool same_hour(const tally_event *x, const tally_event *y)
+static bool same_hour(const struct pt_key *x, const struct pt_key *y)
 {
     return x->meter == y->meter && x->time_s / 3600 == y->time_s / 3600 &&
            strcmp(x->account, y->account) == 0 && strcmp(x->dim, y->dim) == 0 &&
            strcmp(x->dim2, y->dim2) == 0;
 }
 
-static tally_err hour_write(tally_batch *b, const tally_event *ev, int64_t qty, bool fits)
+static tally_err hour_write(tally_batch *b, const struct pt_key *ev, int64_t qty, bool fits)
 {
     sqlite3_stmt *st = b->st[ST_HR_ADD];
     sqlite3_bind_text(st, 1, ev->account, -1, SQLITE_STATIC);
@@ -561,11 +567,11 @@ static tally_err hours_flush(tally_batch *b)
 {
     tally_err err = TALLY_OK;
     for (size_t i = 0; err == TALLY_OK && i < b->n_pts;) {
-        const tally_event *ev = b->pt_order[i]->ev;
+        const struct pt_key *ev = &b->pt_order[i]->key;
         int64_t sum = 0;
         bool fits = true;
         size_t j = i;
-        for (; j < b->n_pts && same_hour(ev, b->pt_order[j]->ev); j++)
+        for (; j < b->n_pts && same_hour(ev, &b->pt_order[j]->key); j++)
             fits = fits && !__builtin_add_overflow(sum, b->pt_order[j]->qty, &sum);
         err = hour_write(b, ev, sum, fits);
         i = j;

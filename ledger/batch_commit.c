@@ -41,11 +41,11 @@ static tally_err apply_offsets(tally_batch *b)
 
 /* ---- Quarantine ------------------------------------------------------------- */
 
-static tally_err quarantine(tally_batch *b, const batch_item *it, const char *reason,
-                            const char *detail)
+/* Quarantines the item: ev is its event, or NULL for a reject. */
+static tally_err quarantine(tally_batch *b, const batch_item *it, const tally_event *ev,
+                            const char *reason, const char *detail)
 {
     sqlite3_stmt *st = b->st[ST_QUARANTINE];
-    const tally_event *ev = it->is_event ? item_event(it) : NULL;
     const char *raw = item_raw(b, it);
     sqlite3_bind_text(st, 1, item_origin(b, it), -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
@@ -462,14 +462,16 @@ static void touch_reset(tally_batch *b)
 typedef struct commit_ctx {
     const tally_ratecard *const *cards;
     size_t n_cards;
-    const char *last_source; /* the previous event's source and its hash */
+    bool has_source;
+    char last_source[TALLY_ID_MAX]; /* the previous event's source and its hash */
     int64_t last_src;
+    tally_event scratch; /* the item's event, unpacked (batch_item_event) */
     tally_batch_stats st;
 } commit_ctx;
 
-static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_result *res)
+static tally_err aggregate(tally_batch *b, const batch_item *it, const tally_event *ev,
+                           tally_event_result *res)
 {
-    const tally_event *ev = item_event(it);
     char detail[160], when[32];
     uint64_t h[2]; /* one hash of the account for both indexes */
     tally_hash128(ev->account, strlen(ev->account), 1, h);
@@ -494,21 +496,22 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, tally_event_res
     snprintf(detail, sizeof detail, "%s quantity of %s at %s does not fit in 64 bits",
              tally_meter_name(ev->meter), ev->account, when);
     *res = TALLY_RESULT_QUARANTINED;
-    return quarantine(b, it, "overflow", detail);
+    return quarantine(b, it, ev, "overflow", detail);
 }
 
 static tally_err process_event(tally_batch *b, commit_ctx *c, const batch_item *it,
                                tally_event_result *res)
 {
-    const tally_event *ev = item_event(it);
+    const tally_event *ev = batch_item_event(b, it, &c->scratch);
     char reason[48], detail[256];
     if (tally_ratecard_check_event(c->cards, c->n_cards, ev, reason, sizeof reason) != TALLY_OK) {
         card_detail(ev, reason, detail, sizeof detail);
         *res = TALLY_RESULT_QUARANTINED;
-        return quarantine(b, it, reason, detail);
+        return quarantine(b, it, ev, reason, detail);
     }
-    if (!c->last_source || strcmp(c->last_source, ev->source) != 0) {
-        c->last_source = ev->source;
+    if (!c->has_source || strcmp(c->last_source, ev->source) != 0) {
+        c->has_source = true;
+        memcpy(c->last_source, ev->source, sizeof c->last_source);
         c->last_src = source_hash(ev->source);
     }
     tally_err e = dedupe(b, ev, c->last_src, res);
@@ -518,9 +521,9 @@ static tally_err process_event(tally_batch *b, commit_ctx *c, const batch_item *
         snprintf(detail, sizeof detail,
                  "(source, id) = (%.60s, %.60s) is already recorded with different content",
                  ev->source, ev->id);
-        return quarantine(b, it, "conflict", detail);
+        return quarantine(b, it, ev, "conflict", detail);
     }
-    return aggregate(b, it, res);
+    return aggregate(b, it, ev, res);
 }
 
 static void count_result(tally_batch_stats *st, tally_event_result r)
@@ -570,7 +573,7 @@ static tally_err commit_body(tally_batch *b, commit_ctx *c, tally_event_result *
         if (it->is_event)
             e = process_event(b, c, it, &r);
         else
-            e = quarantine(b, it, it->u.rej.reason, it->u.rej.detail);
+            e = quarantine(b, it, NULL, item_reason(b, it), item_detail(b, it));
         count_result(&c->st, r);
         if (results)
             results[i] = r;
@@ -593,6 +596,7 @@ static void reset_queue(tally_batch *b)
     b->n_items = 0;
     b->n_points_queued = 0;
     b->arena_len = 0;
+    b->strs_len = 0;
     b->ref_bytes = 0;
     b->n_offsets = 0;
     b->seq = 0;

@@ -432,6 +432,24 @@ void idx_table_remove(idx_table *t, uint64_t hash, uint32_t idx);
 #define QUARANTINE_RAW_MAX ((size_t)64 << 10)
 #define NO_SHA             ((size_t)-1)
 
+/* An event as a batch keeps it (tally_batch_add_event): its fixed fields,
+ * and its strings back to back in the batch's string arena (strs), each
+ * NUL-terminated, in the order of BATCH_EVENT_STRS. A tally_event holds
+ * 528 bytes of fixed-size strings whatever their length; the items of
+ * bench/ingest.sh's 200,000-line batches took 118 MB that way, and faulting
+ * in those pages was a tenth of the ingest's CPU. The commit unpacks each
+ * event into a tally_event of its own (batch_item_event). */
+#define BATCH_EVENT_STRS 6 /* id, source, account, resource, dim, dim2 */
+typedef struct batch_event {
+    int64_t time_s, seconds, weight;
+    uint64_t key[2];
+    uint64_t untimed;
+    size_t strs_off;
+    int32_t meter, pricing;
+    bool migration;
+    uint8_t len[BATCH_EVENT_STRS]; /* each string's length, without its NUL */
+} batch_event;
+
 typedef struct batch_item {
     bool is_event;
     bool borrowed; /* tally_batch_add_event_ref: ev, raw and origin are the caller's */
@@ -441,8 +459,10 @@ typedef struct batch_item {
     const tally_event *ev_ref; /* borrowed */
     const char *raw_ref, *origin_ref;
     union {
-        tally_event ev;
-        tally_reject rej;
+        batch_event ev;
+        struct {
+            size_t reason_off, detail_off; /* in strs, NUL-terminated */
+        } rej;
     } u;
 } batch_item;
 
@@ -468,7 +488,11 @@ typedef struct iv_entry {
 
 /* A traffic or token quantity summed over one second within a commit. */
 typedef struct pt_entry {
-    const tally_event *ev; /* first event of this (account, meter, dim, dim2, t_s) */
+    struct pt_key { /* (account, meter, dim, dim2, t_s), copied from its first event */
+        char account[TALLY_NAME_MAX], dim[TALLY_NAME_MAX], dim2[16];
+        tally_meter meter;
+        int64_t time_s;
+    } key;
     int64_t qty;
     int64_t stored; /* the row's qty before this commit (read only when careful) */
 } pt_entry;
@@ -550,6 +574,12 @@ struct tally_batch {
     char *arena;
     size_t arena_len, arena_alloc;
     size_t ref_bytes; /* raw bytes of the borrowed items, counted as if copied */
+    /* The copied events' strings and the rejects' reasons (batch_event). An
+     * event's strings are at most as long as its raw message, so this stays
+     * within the arena's bound; it is not counted in tally_batch_bytes,
+     * which paces the commits by the messages' bytes. */
+    char *strs;
+    size_t strs_len, strs_alloc;
     batch_offset *offsets;
     size_t n_offsets, offsets_alloc;
 
@@ -611,12 +641,22 @@ struct tally_batch {
     __int128 chain_qty[TALLY_METER_COUNT];
 };
 
-/* An item's event, raw bytes and origin: in the arena, or the caller's
- * (tally_batch_add_event_ref). */
-static inline const tally_event *item_event(const batch_item *it)
+/* An item's event: the caller's (tally_batch_add_event_ref), or the copy
+ * unpacked into *scratch, which it stays in until the next call with the
+ * same scratch. */
+const tally_event *batch_item_event(const tally_batch *b, const batch_item *it,
+                                    tally_event *scratch);
+/* A reject's reason and detail. */
+static inline const char *item_reason(const tally_batch *b, const batch_item *it)
 {
-    return it->borrowed ? it->ev_ref : &it->u.ev;
+    return b->strs + it->u.rej.reason_off;
 }
+static inline const char *item_detail(const tally_batch *b, const batch_item *it)
+{
+    return b->strs + it->u.rej.detail_off;
+}
+/* An item's raw bytes and origin: in the arena, or the caller's
+ * (tally_batch_add_event_ref). */
 static inline const char *item_raw(const tally_batch *b, const batch_item *it)
 {
     return it->borrowed ? it->raw_ref : b->arena + it->raw_off;

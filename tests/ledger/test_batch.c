@@ -315,6 +315,84 @@ static void test_reject_bounded(void **state)
     tally_ledger_close(l);
 }
 
+/* A batch keeps copied events packed (ledger_int.h, batch_event) and
+ * unpacks each at commit: strings at their longest come back whole, an
+ * event's source is not confused with the one before it (the commit
+ * remembers the last source across unpacks), and rejects keep their reason
+ * and detail. */
+static void fill(char *s, size_t cap, char c)
+{
+    memset(s, c, cap - 1);
+    s[cap - 1] = '\0';
+}
+
+static void test_packed_strings(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-packed");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event a = accel("x", "i", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 2);
+    fill(a.id, sizeof a.id, 'd');
+    fill(a.source, sizeof a.source, 's');
+    fill(a.account, sizeof a.account, 'a');
+    fill(a.resource, sizeof a.resource, 'r');
+    set_fingerprint(&a);
+    tally_event other = a; /* same id, another source: its own key */
+    other.source[0] = 't';
+    set_fingerprint(&other);
+    tally_event again = a; /* a's key and content: a duplicate */
+    tally_event bad = a;   /* a's key, other content: a conflict */
+    bad.weight = 3;
+    set_fingerprint(&bad);
+    tally_event tok = instant(TALLY_METER_TOKENS, "t", "qwen-72b", "output", T0, 7);
+    fill(tok.account, sizeof tok.account, 'a');
+    set_fingerprint(&tok);
+    tally_reject rej;
+    fill(rej.reason, sizeof rej.reason, 'q');
+    fill(rej.detail, sizeof rej.detail, 'w');
+    add(b, &a);
+    add(b, &other);
+    add(b, &again);
+    add(b, &bad);
+    add(b, &tok);
+    assert_int_equal(tally_batch_add_reject(b, &rej, "{", 1, "test:rej"), TALLY_OK);
+    tally_event_result r[6];
+    tally_batch_stats st = commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[1], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[2], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[3], TALLY_RESULT_CONFLICT);
+    assert_int_equal(r[4], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[5], TALLY_RESULT_QUARANTINED);
+    assert_int_equal(st.accepted, 3);
+    char want[600];
+    snprintf(want, sizeof want,
+             "SELECT count(*) FROM usage_intervals WHERE account = '%s' AND resource = '%s' "
+             "AND dim = 'h100' AND weight = 2",
+             a.account, a.resource);
+    assert_int_equal(query_int(l, want), 2); /* a and other overlap: a row each */
+    assert_int_equal(card_seconds(l), 240);
+    snprintf(want, sizeof want,
+             "SELECT qty FROM usage_points WHERE account = '%s' AND dim = 'qwen-72b' AND dim2 = "
+             "'output'",
+             tok.account);
+    assert_int_equal(query_int(l, want), 7);
+    snprintf(want, sizeof want,
+             "SELECT count(*) FROM quarantine WHERE reason = 'conflict' AND source = '%s' AND "
+             "event_id = '%s'",
+             a.source, a.id);
+    assert_int_equal(query_int(l, want), 1);
+    snprintf(want, sizeof want,
+             "SELECT count(*) FROM quarantine WHERE origin = 'test:rej' AND reason = '%s' AND "
+             "detail = '%s'",
+             rej.reason, rej.detail);
+    assert_int_equal(query_int(l, want), 1);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 /* An offset's mark is stored with it and cleared by an accepted gap, which
  * is recorded append-only and moves the offset with compare-and-set. */
 static void test_offset_mark_and_gap(void **state)
@@ -886,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_card_quarantine),
         cmocka_unit_test(test_reject_once),
         cmocka_unit_test(test_reject_bounded),
+        cmocka_unit_test(test_packed_strings),
         cmocka_unit_test(test_offset_mark_and_gap),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_borrowed_events),
