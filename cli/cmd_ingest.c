@@ -25,8 +25,12 @@
  * per event: 1M lines of bench/ingest.sh took 8.8 s of CPU at 20,000 a
  * commit, 4.4 s at 50,000 and 3.3 s at 100,000 in an earlier build; in
  * this one 2.65 s at 100,000 (peak RSS 126 MiB) and 2.17 s at 200,000 (212
- * MiB). A batch of large lines commits sooner (TALLY_PIPELINE_FULL_BYTES:
- * 64 MiB of lines and origins, about 200,000 of bench/ingest.sh's). */
+ * MiB); since the batch keeps events packed (ledger_int.h, batch_event),
+ * 200,000 take 157 MiB. 400,000 (with 128 MiB of lines) cost 0.99 of the
+ * CPU for 1M events of 1,000 hosts and 0.87 for 20,000 hosts, at 260 and
+ * 356 MiB (bench/RESULTS.md, eleventh pass). A batch of large lines
+ * commits sooner (TALLY_PIPELINE_FULL_BYTES: 64 MiB of lines and origins,
+ * about 200,000 of bench/ingest.sh's). */
 #define INGEST_BATCH  200000
 #define READ_CHUNK    ((size_t)1 << 20)
 #define LINE_MAX_KEPT (TALLY_EVENT_MAX_BYTES + 1) /* one more, so decode says too_large */
