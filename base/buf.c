@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tally/utf8.h"
+
 void tally_buf_init(tally_buf *b, size_t cap)
 {
     b->data = NULL;
@@ -268,7 +270,15 @@ tally_err tally_buf_json_str(tally_buf *b, const char *s)
             e = tally_buf_append(b, "\\t", 2);
             break;
         default:
-            e = *p < 0x20 ? tally_buf_append(b, esc, 6) : tally_buf_append(b, p, 1);
+            if (*p < 0x20) {
+                e = tally_buf_append(b, esc, 6);
+            } else if (*p < 0x80) {
+                e = tally_buf_append(b, p, 1);
+            } else { /* a whole character, or U+FFFD for a byte that is not one */
+                size_t n = tally_utf8_len(p, p + strnlen((const char *)p, 4));
+                e = n ? tally_buf_append(b, p, n) : tally_buf_append(b, "\xEF\xBF\xBD", 3);
+                p += n ? n - 1 : 0;
+            }
         }
     }
     return undo_on_error(b, len0, e ? e : tally_buf_append(b, "\"", 1));

@@ -7,6 +7,7 @@
 #include "ledger_int.h"
 #include "tally/log.h"
 #include "tally/sign.h"
+#include "tally/utf8.h"
 
 /* ---- Offsets ---------------------------------------------------------------- */
 
@@ -519,8 +520,8 @@ static tally_err process_event(tally_batch *b, commit_ctx *c, const batch_item *
         return e;
     if (*res == TALLY_RESULT_CONFLICT) {
         snprintf(detail, sizeof detail,
-                 "(source, id) = (%.60s, %.60s) is already recorded with different content",
-                 ev->source, ev->id);
+                 "(source, id) = (%.*s, %.*s) is already recorded with different content",
+                 tally_utf8_cut(ev->source, 60), ev->source, tally_utf8_cut(ev->id, 60), ev->id);
         return quarantine(b, it, ev, "conflict", detail);
     }
     return aggregate(b, it, ev, res);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ledger_int.h"
+#include "tally/utf8.h"
 
 #define ZONEINFO_DIR     "/usr/share/zoneinfo"
 #define ACCOUNT_NAME_CAP sizeof(((tally_account *)0)->name)
@@ -188,7 +189,8 @@ static tally_err account_ensure(tally_ledger *l, const char *id, const char *fal
     if (created)
         created->id[0] = '\0';
     if (!valid_account_id(id))
-        return failf(l, TALLY_INVAL, "bad account id \"%.63s\"", id ? id : "");
+        return failf(l, TALLY_INVAL, "bad account id \"%.*s\"", tally_utf8_cut(id ? id : "", 63),
+                     id ? id : "");
     tally_err e = account_read(l, id, &a, &found);
     if (e != TALLY_OK || found)
         return e;
@@ -211,7 +213,8 @@ static tally_err check_account_args(tally_ledger *l, const char *id, const char 
                                     const char *timezone, const char *name)
 {
     if (!valid_account_id(id))
-        return failf(l, TALLY_INVAL, "bad account id \"%.63s\"", id ? id : "");
+        return failf(l, TALLY_INVAL, "bad account id \"%.*s\"", tally_utf8_cut(id ? id : "", 63),
+                     id ? id : "");
     if (currency && !tally_currency_find(currency))
         return failf(l, TALLY_UNKNOWN_CURRENCY, "unknown currency \"%.16s\"", currency);
     if (timezone && !valid_timezone(timezone))
@@ -279,7 +282,7 @@ tally_err tally_ledger_account_get(tally_ledger *l, const char *id, tally_accoun
     bool found;
     tally_err e = account_read(l, id, out, &found);
     if (e == TALLY_OK && !found)
-        return failf(l, TALLY_NOT_FOUND, "no account \"%.63s\"", id);
+        return failf(l, TALLY_NOT_FOUND, "no account \"%.*s\"", tally_utf8_cut(id, 63), id);
     return e;
 }
 
@@ -315,9 +318,11 @@ tally_err tally_ledger_spot_set(tally_ledger *l, const char *sku, int64_t price_
         spot |= sp && sp->has_spot;
     }
     if (e == TALLY_OK && !listed)
-        return failf(l, TALLY_NOT_FOUND, "no rate card lists SKU \"%.63s\"", sku);
+        return failf(l, TALLY_NOT_FOUND, "no rate card lists SKU \"%.*s\"", tally_utf8_cut(sku, 63),
+                     sku);
     if (e == TALLY_OK && !spot)
-        return failf(l, TALLY_NO_PRICE, "SKU %.63s is not offered on spot", sku);
+        return failf(l, TALLY_NO_PRICE, "SKU %.*s is not offered on spot", tally_utf8_cut(sku, 63),
+                     sku);
     if (e == TALLY_OK)
         e = check_spot_max(l, cards[0], price_nano);
     if (e == TALLY_OK)
@@ -359,7 +364,8 @@ static tally_err check_reserved(tally_ledger *l, const char *sku, int64_t from_s
         ok = sp && sp->has_reserved;
     }
     return ok ? TALLY_OK
-              : failf(l, TALLY_NO_PRICE, "SKU %.63s has no reserved price for that time", sku);
+              : failf(l, TALLY_NO_PRICE, "SKU %.*s has no reserved price for that time",
+                      tally_utf8_cut(sku, 63), sku);
 }
 
 static tally_err insert_commitment(tally_ledger *l, const char *account, const char *sku,
@@ -414,7 +420,8 @@ static tally_err check_grant(tally_ledger *l, const tally_grant_spec *g, char *w
     const char *scope_why = NULL;
     tally_err e = TALLY_OK;
     if (!valid_account_id(g->account))
-        e = failf(l, TALLY_INVAL, "bad account id \"%.63s\"", g->account ? g->account : "");
+        e = failf(l, TALLY_INVAL, "bad account id \"%.*s\"",
+                  tally_utf8_cut(g->account ? g->account : "", 63), g->account ? g->account : "");
     else if ((unsigned)g->kind >= TALLY_GRANT_KIND_COUNT)
         e = failf(l, TALLY_INVAL, "%s", "unknown grant kind");
     else if (g->amount_minor <= 0)

@@ -27,6 +27,7 @@
 
 #include "ledger_int.h"
 #include "tally/sign.h"
+#include "tally/utf8.h"
 
 bool tally_idempotency_key_ok(const char *key)
 {
@@ -104,9 +105,9 @@ tally_err ledger_idem_check(tally_ledger *l, const char *scope, const char *key,
     sqlite3_finalize(st);
     if (!same) {
         snprintf(l->errmsg, sizeof l->errmsg,
-                 "idempotency key \"%.64s%s\" was already used for a different request "
+                 "idempotency key \"%.*s%s\" was already used for a different request "
                  "(grant %" PRId64 "); nothing was stored",
-                 key, strlen(key) > 64 ? "..." : "", stored_id);
+                 tally_utf8_cut(key, 64), key, strlen(key) > 64 ? "..." : "", stored_id);
         return TALLY_EXISTS_DIFFERENT;
     }
     snprintf(l->errmsg, sizeof l->errmsg,

@@ -15,6 +15,7 @@
 
 #include "meter_int.h"
 #include "tally/event.h"
+#include "tally/utf8.h"
 
 /* Unknown members tracked per object for the duplicate check. */
 #define MAX_UNKNOWN 64
@@ -566,7 +567,8 @@ static tally_err take_attributes(const scanned *sc, int64_t now_s, tally_event *
     }
     if (padded(ev->account))
         return reject(rej, "bad_field:", "subject",
-                      "subject must not begin or end with white space, got \"%.40s\"", ev->account);
+                      "subject must not begin or end with white space, got \"%.*s\"",
+                      tally_utf8_cut(ev->account, 40), ev->account);
     return take_time(&sc->attr[A_TIME], now_s, &ev->time_s, rej);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "meter_int.h"
+#include "tally/utf8.h"
 
 _Static_assert(JSON_MAX_DEPTH <= 64, "container kinds are kept in one 64-bit word");
 
@@ -48,28 +49,6 @@ char json_scan_peek_slow(json_scan *s)
 {
     skip_ws(s);
     return s->p < s->end ? *s->p : 0;
-}
-
-/* Length of the valid UTF-8 sequence at q (lead byte >= 0x80), or 0. */
-static size_t utf8_len(uptr q, uptr end)
-{
-    unsigned char c = q[0];
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF)
-        n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4)
-        n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else
-        return 0;
-    if ((size_t)(end - q) < n || q[1] < lo || q[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if ((q[i] & 0xC0) != 0x80)
-            return 0;
-    return n;
 }
 
 static int hex_digit(unsigned char c)
@@ -157,7 +136,7 @@ bool json_scan_string_slow(json_scan *s, const char *from, json_val *v)
             n = 0;
         } else if (c >= 0x80) {
             why = "invalid UTF-8 in string";
-            n = utf8_len(q, end);
+            n = tally_utf8_len(q, end);
         }
         if (n == 0)
             return json_scan_fail(s, (const char *)q, why);

@@ -8,6 +8,7 @@
 #include <json-c/json.h>
 
 #include "server_int.h"
+#include "tally/utf8.h"
 
 #define BODY_MAX_DEPTH 8
 
@@ -60,7 +61,8 @@ bool srv_body_object(srv_call *c, const char *const *allowed, json_object **out)
     {
         (void)val;
         if (!allowed_key(allowed, key)) {
-            srv_fail(c, 400, "unknown_field", "unknown field \"%.64s\"", key);
+            srv_fail(c, 400, "unknown_field", "unknown field \"%.*s\"", tally_utf8_cut(key, 64),
+                     key);
             json_object_put(o);
             return false;
         }

@@ -9,6 +9,7 @@
 #include "testutil.h"
 
 #include "tally/buf.h"
+#include "tally/utf8.h"
 
 /* Under ASan, let an impossible allocation fail with NULL, as libc's does,
  * instead of aborting: test_huge_cap asks for one on purpose. */
@@ -249,9 +250,20 @@ static void test_json_str(void **state)
     assert_json("back\\slash", "\"back\\\\slash\"");
     assert_json("l1\nl2\r\t", "\"l1\\nl2\\r\\t\"");
     assert_json("\x01\x1f\b\f", "\"\\u0001\\u001f\\u0008\\u000c\"");
-    assert_json("del\x7f", "\"del\x7f\"");     /* not a control character in JSON */
-    assert_json("元/€", "\"元/€\"");           /* UTF-8 passes through */
-    assert_json("</script>", "\"</script>\""); /* '/' needs no escape */
+    assert_json("del\x7f", "\"del\x7f\"");                   /* not a control character in JSON */
+    assert_json("元/€", "\"元/€\"");                         /* UTF-8 passes through */
+    assert_json("</script>", "\"</script>\"");               /* '/' needs no escape */
+    assert_json("\xF0\x9F\x98\x80", "\"\xF0\x9F\x98\x80\""); /* four bytes */
+    /* A byte that does not begin a valid character becomes U+FFFD, so the
+     * output stays valid JSON whatever a message quotes: a lead byte cut
+     * from its character, a lone continuation byte, an overlong form, a
+     * surrogate, a character past U+10FFFF, a sequence cut by the end. */
+    assert_json("a\xC3,b", "\"a\xEF\xBF\xBD,b\"");
+    assert_json("\x80", "\"\xEF\xBF\xBD\"");
+    assert_json("\xC0\xAF", "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");
+    assert_json("\xED\xA0\x80", "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
+    assert_json("\xF4\x90\x80\x80", "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
+    assert_json("\xE2\x82", "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");
 
     /* appends after what is there */
     tally_buf b;
@@ -260,6 +272,32 @@ static void test_json_str(void **state)
     assert_int_equal(tally_buf_json_str(&b, "v"), TALLY_OK);
     assert_buf(&b, "{\"k\":\"v\"");
     tally_buf_release(&b);
+}
+
+/* tally_utf8_cut: at most max bytes, never inside a character. */
+static void test_utf8_cut(void **state)
+{
+    (void)state;
+    const char *e3 = "\xC3\xA9\xC3\xA9\xC3\xA9"; /* three 2-byte characters */
+    assert_int_equal(tally_utf8_cut(e3, 6), 6);
+    assert_int_equal(tally_utf8_cut(e3, 5), 4);
+    assert_int_equal(tally_utf8_cut(e3, 4), 4);
+    assert_int_equal(tally_utf8_cut(e3, 1), 0);
+    assert_int_equal(tally_utf8_cut(e3, 64), 6);
+    assert_int_equal(tally_utf8_cut("\xF0\x9F\x98\x80x", 3), 0);
+    assert_int_equal(tally_utf8_cut("ab\xE2\x82\xAC", 4), 2);
+    assert_int_equal(tally_utf8_cut("abcdef", 3), 3);
+    char empty[8] = "";
+    assert_int_equal(tally_utf8_cut(empty, 3), 0);
+    for (size_t n = 0; n <= 6; n++) { /* every cut is valid UTF-8 */
+        tally_buf b;
+        tally_buf_init(&b, 0);
+        char cut[8];
+        snprintf(cut, sizeof cut, "%.*s", tally_utf8_cut(e3, n), e3);
+        assert_int_equal(tally_buf_json_str(&b, cut), TALLY_OK);
+        assert_null(strstr(b.data, "\xEF\xBF\xBD"));
+        tally_buf_release(&b);
+    }
 }
 
 static void assert_csv(const char *in, const char *want)
@@ -366,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_cap),
         cmocka_unit_test(test_huge_cap),
         cmocka_unit_test(test_json_str),
+        cmocka_unit_test(test_utf8_cut),
         cmocka_unit_test(test_csv_field),
         cmocka_unit_test(test_html),
         cmocka_unit_test(test_fmt),

@@ -11,6 +11,7 @@
 #include "tally/embed.h"
 #include "tally/ledger_sql.h"
 #include "tally/sign.h"
+#include "tally/utf8.h"
 
 #define T0      1772323200LL /* 2026-03-01T00:00:00Z */
 #define T0_TEXT "1772323200"
@@ -389,6 +390,50 @@ static void test_packed_strings(void **state)
              rej.reason, rej.detail);
     assert_int_equal(query_int(l, want), 1);
     assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* Whether s is valid UTF-8 throughout. */
+static bool valid_utf8(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+    while (p < end) {
+        size_t n = *p < 0x80 ? 1 : tally_utf8_len(p, end);
+        if (!n)
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+/* A conflict's detail quotes 60 bytes of the source and id; a cut inside a
+ * character would store invalid UTF-8 in quarantine.detail (a TEXT
+ * column), so the cut falls before that character. */
+static void test_conflict_detail_utf8(void **state)
+{
+    (void)state;
+    tally_ledger *l = open_with_card("batch-detail-utf8");
+    tally_batch *b;
+    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_event a = accel("x", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 2);
+    char src[TALLY_ID_MAX] = "//hx/"; /* 5 bytes, then 2-byte characters: 60 splits one */
+    for (size_t i = 0; i < 61; i++)
+        memcpy(src + 5 + 2 * i, "\xC3\xBC", 3); /* u with diaeresis, and a NUL */
+    snprintf(a.source, sizeof a.source, "%s", src);
+    set_fingerprint(&a);
+    tally_event bad = a;
+    bad.weight = 3;
+    set_fingerprint(&bad);
+    add(b, &a);
+    add(b, &bad);
+    tally_event_result r[2];
+    commit_ok(b, r);
+    assert_int_equal(r[1], TALLY_RESULT_CONFLICT);
+    char detail[256];
+    query_str(l, "SELECT detail FROM quarantine WHERE reason = 'conflict'", detail);
+    assert_true(valid_utf8(detail));
+    assert_non_null(strstr(detail, "(source, id) = (//hx/\xC3\xBC"));
     tally_batch_destroy(b);
     tally_ledger_close(l);
 }
@@ -965,6 +1010,7 @@ int main(void)
         cmocka_unit_test(test_reject_once),
         cmocka_unit_test(test_reject_bounded),
         cmocka_unit_test(test_packed_strings),
+        cmocka_unit_test(test_conflict_detail_utf8),
         cmocka_unit_test(test_offset_mark_and_gap),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_borrowed_events),

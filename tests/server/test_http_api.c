@@ -1,6 +1,7 @@
 /* The HTTP API end to end: every endpoint on a real `tally serve` (events
  * ingested directly into the ledger), driven with curl. */
 #include "test_http.h"
+#include "tally/utf8.h"
 
 static http_fixture fx;
 
@@ -176,6 +177,23 @@ static void test_credits_and_balance(void **state)
         assert_contains(&a.body, bad[i].code);
         http_done(&a);
     }
+    /* The error quotes 64 bytes of an unknown key: never half a character
+     * (the answer would not be valid JSON). 63 bytes, then a 3-byte one. */
+    char body[160], key[80];
+    memset(key, 'k', 63);
+    snprintf(key + 63, sizeof key - 63, "\xE2\x82\xAC");
+    snprintf(body, sizeof body, "{\"amount\":\"10\",\"kind\":\"trial\",\"%s\":\"1\"}", key);
+    assert_int_equal(http_send(&fx, &a, "POST", "/v1/accounts/acme/credits", fx.admin, body), 400);
+    assert_contains(&a.body, "unknown_field");
+    const unsigned char *p = (const unsigned char *)a.body.data, *end = p + a.body.len;
+    while (p < end) {
+        size_t n = *p < 0x80 ? 1 : tally_utf8_len(p, end);
+        if (!n)
+            fail_msg("not UTF-8 at byte %zu: %s", (size_t)(p - (const unsigned char *)a.body.data),
+                     a.body.data);
+        p += n;
+    }
+    http_done(&a);
     assert_healthy(&fx);
 }
 

@@ -34,7 +34,10 @@ TALLY_MUST_CHECK tally_err tally_buf_printf(tally_buf *b, const char *fmt, ...)
 TALLY_MUST_CHECK tally_err tally_buf_vprintf(tally_buf *b, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 /* Appends s as a JSON string literal, quotes included, escaping as RFC 8259
- * requires (control characters as \u00XX). */
+ * requires (control characters as \u00XX). A byte that does not begin a
+ * valid UTF-8 character becomes U+FFFD, so the result is always valid
+ * JSON (what Tally stores was checked on the way in; this is for what a
+ * message quotes). */
 TALLY_MUST_CHECK tally_err tally_buf_json_str(tally_buf *b, const char *s);
 /* Appends s as one CSV field (RFC 4180: quoted when it holds , " CR or LF). */
 TALLY_MUST_CHECK tally_err tally_buf_csv_field(tally_buf *b, const char *s);
