@@ -282,6 +282,38 @@ const tally_event *batch_item_event(const tally_batch *b, const batch_item *it,
     return scratch;
 }
 
+/* Whether origin may be queued: under tally_batch_set_origin_hash, a
+ * prefix of at most BATCH_ORIGIN_PREFIX_MAX bytes. */
+static bool origin_fits(const tally_batch *b, const char *origin)
+{
+    return !b->origin_hash ||
+           strnlen(origin, BATCH_ORIGIN_PREFIX_MAX + 1) <= BATCH_ORIGIN_PREFIX_MAX;
+}
+
+/* prefix followed by 16 hex digits of tally_hash128 of raw[0..len), in out. */
+static const char *origin_hashed(const char *prefix, const char *raw, size_t len,
+                                 char out[BATCH_ORIGIN_MAX])
+{
+    uint64_t h[2];
+    size_t n = strlen(prefix); /* at most BATCH_ORIGIN_PREFIX_MAX: origin_fits */
+    tally_hash128(raw ? raw : "", raw ? len : 0, 0, h);
+    memcpy(out, prefix, n);
+    n += tally_hex64(out + n, h[0]);
+    out[n] = '\0';
+    return out;
+}
+
+const char *item_origin_full(const tally_batch *b, const batch_item *it, char out[BATCH_ORIGIN_MAX])
+{
+    const char *o = item_origin(b, it);
+    return it->origin_hash ? origin_hashed(o, item_raw(b, it), it->raw_len, out) : o;
+}
+
+void tally_batch_set_origin_hash(tally_batch *b, bool on)
+{
+    b->origin_hash = on;
+}
+
 /* Room for one more item. Errors: TALLY_TOO_LARGE, TALLY_NOMEM. */
 static tally_err items_room(tally_batch *b)
 {
@@ -309,6 +341,7 @@ static tally_err push_item(tally_batch *b, const char *raw, size_t len, const ch
     it->raw_len = it->raw_size = raw ? len : 0;
     it->sha_off = NO_SHA;
     it->borrowed = false;
+    it->origin_hash = b->origin_hash;
     b->n_items++;
     *out = it;
     return TALLY_OK;
@@ -356,6 +389,7 @@ static tally_err push_ref(tally_batch *b, const char *raw, size_t len, const cha
     it->origin_ref = origin;
     it->raw_len = it->raw_size = n;
     it->sha_off = NO_SHA;
+    it->origin_hash = b->origin_hash;
     b->ref_bytes += n;
     *out = it;
     return TALLY_OK;
@@ -368,7 +402,7 @@ static tally_err add_event(tally_batch *b, const tally_event *ev, const char *ra
 {
     batch_item *it;
     assert(origin);
-    if (len > TALLY_EVENT_MAX_BYTES)
+    if (len > TALLY_EVENT_MAX_BYTES || !origin_fits(b, origin))
         return TALLY_TOO_LARGE;
     if (!valid_event(ev))
         return TALLY_INVAL;
@@ -401,20 +435,36 @@ tally_err tally_batch_add_event_ref(tally_batch *b, const tally_event *ev, const
     return add_event(b, ev, raw, len, origin, true);
 }
 
+static tally_err reject_item(tally_batch *b, const tally_reject *rej, const char *raw, size_t len,
+                             size_t whole_size, const char whole_sha256[65], const char *origin,
+                             bool origin_hash);
+
 tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej, const char *raw,
                                  size_t len, const char *origin)
 {
+    if (!origin_fits(b, origin))
+        return TALLY_TOO_LARGE;
     if (!raw || len <= QUARANTINE_RAW_MAX)
-        return tally_batch_add_reject_cut(b, rej, raw, len, raw ? len : 0, NULL, origin);
-    /* Only a bounded prefix is kept; the hash stands for the rest. */
-    char sha[65];
+        return reject_item(b, rej, raw, len, raw ? len : 0, NULL, origin, b->origin_hash);
+    /* Only a bounded prefix is kept; the hash stands for the rest, and an
+     * origin to be hashed is made whole now, while all of raw is here. */
+    char sha[65], whole[BATCH_ORIGIN_MAX];
     tally_sha256_hex(raw, len, sha);
-    return tally_batch_add_reject_cut(b, rej, raw, len, len, sha, origin);
+    if (b->origin_hash)
+        origin = origin_hashed(origin, raw, len, whole);
+    return reject_item(b, rej, raw, len, len, sha, origin, false);
 }
 
 tally_err tally_batch_add_reject_cut(tally_batch *b, const tally_reject *rej, const char *raw,
                                      size_t len, size_t whole_size, const char whole_sha256[65],
                                      const char *origin)
+{
+    return reject_item(b, rej, raw, len, whole_size, whole_sha256, origin, false);
+}
+
+static tally_err reject_item(tally_batch *b, const tally_reject *rej, const char *raw, size_t len,
+                             size_t whole_size, const char whole_sha256[65], const char *origin,
+                             bool origin_hash)
 {
     batch_item *it;
     size_t sha_off = NO_SHA, arena_mark = b->arena_len;
@@ -433,6 +483,7 @@ tally_err tally_batch_add_reject_cut(tally_batch *b, const tally_reject *rej, co
         it->sha_off = sha_off;
     }
     it->is_event = false;
+    it->origin_hash = origin_hash;
     const char *reason = rej->reason[0] ? rej->reason : "rejected";
     size_t nr = strnlen(reason, sizeof rej->reason - 1),
            nd = strnlen(rej->detail, sizeof rej->detail - 1);

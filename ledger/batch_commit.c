@@ -48,7 +48,8 @@ static tally_err quarantine(tally_batch *b, const batch_item *it, const tally_ev
 {
     sqlite3_stmt *st = b->st[ST_QUARANTINE];
     const char *raw = item_raw(b, it);
-    sqlite3_bind_text(st, 1, item_origin(b, it), -1, SQLITE_STATIC);
+    char origin[BATCH_ORIGIN_MAX];
+    sqlite3_bind_text(st, 1, item_origin_full(b, it, origin), -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, detail, -1, SQLITE_STATIC);
     if (ev) {

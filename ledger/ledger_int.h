@@ -452,7 +452,8 @@ typedef struct batch_event {
 
 typedef struct batch_item {
     bool is_event;
-    bool borrowed; /* tally_batch_add_event_ref: ev, raw and origin are the caller's */
+    bool borrowed;    /* tally_batch_add_event_ref: ev, raw and origin are the caller's */
+    bool origin_hash; /* the origin is a prefix; its raw's hash follows (item_origin_full) */
     size_t origin_off, raw_off, raw_len; /* in the arena; origin is NUL-terminated */
     size_t raw_size;                     /* the whole message's length (raw_len may be a prefix) */
     size_t sha_off;            /* its SHA-256 as hex in the arena, or NO_SHA: hash raw at commit */
@@ -580,6 +581,7 @@ struct tally_batch {
      * which paces the commits by the messages' bytes. */
     char *strs;
     size_t strs_len, strs_alloc;
+    bool origin_hash; /* tally_batch_set_origin_hash */
     batch_offset *offsets;
     size_t n_offsets, offsets_alloc;
 
@@ -661,6 +663,13 @@ static inline const char *item_raw(const tally_batch *b, const batch_item *it)
 {
     return it->borrowed ? it->raw_ref : b->arena + it->raw_off;
 }
+/* The most bytes an origin prefix takes under tally_batch_set_origin_hash,
+ * and the whole origin made of one. */
+#define BATCH_ORIGIN_PREFIX_MAX 512
+#define BATCH_ORIGIN_MAX        (BATCH_ORIGIN_PREFIX_MAX + 17)
+/* The item's whole origin: item_origin, or its prefix and hash in out. */
+const char *item_origin_full(const tally_batch *b, const batch_item *it,
+                             char out[BATCH_ORIGIN_MAX]);
 static inline const char *item_origin(const tally_batch *b, const batch_item *it)
 {
     return it->borrowed ? it->origin_ref : b->arena + it->origin_off;

@@ -91,6 +91,15 @@ tally_err tally_pipeline_add(tally_pipeline *p, const char *raw, size_t len, con
     return tally_pipeline_queue(p->b, d, raw, len, origin);
 }
 
+tally_err tally_pipeline_add_line(tally_pipeline *p, const char *raw, size_t len,
+                                  const char *origin_prefix, int64_t now_s)
+{
+    tally_batch_set_origin_hash(p->b, true);
+    tally_err e = tally_pipeline_add(p, raw, len, origin_prefix, now_s, NULL);
+    tally_batch_set_origin_hash(p->b, false);
+    return e;
+}
+
 tally_err tally_pipeline_add_decoded(tally_pipeline *p, const tally_decoded *d, const char *raw,
                                      size_t len, const char *origin)
 {

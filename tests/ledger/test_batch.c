@@ -316,6 +316,15 @@ static void test_reject_bounded(void **state)
     tally_ledger_close(l);
 }
 
+/* A ledger with the fixture card and a batch on it. */
+static tally_batch *open_batch(const char *tag, tally_ledger **l)
+{
+    tally_batch *b = NULL;
+    *l = open_with_card(tag);
+    assert_int_equal(tally_batch_create(*l, &b), TALLY_OK);
+    return b;
+}
+
 /* A batch keeps copied events packed (ledger_int.h, batch_event) and
  * unpacks each at commit: strings at their longest come back whole, an
  * event's source is not confused with the one before it (the commit
@@ -330,9 +339,8 @@ static void fill(char *s, size_t cap, char c)
 static void test_packed_strings(void **state)
 {
     (void)state;
-    tally_ledger *l = open_with_card("batch-packed");
-    tally_batch *b;
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_ledger *l;
+    tally_batch *b = open_batch("batch-packed", &l);
     tally_event a = accel("x", "i", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 2);
     fill(a.id, sizeof a.id, 'd');
     fill(a.source, sizeof a.source, 's');
@@ -413,9 +421,8 @@ static bool valid_utf8(const char *s)
 static void test_conflict_detail_utf8(void **state)
 {
     (void)state;
-    tally_ledger *l = open_with_card("batch-detail-utf8");
-    tally_batch *b;
-    assert_int_equal(tally_batch_create(l, &b), TALLY_OK);
+    tally_ledger *l;
+    tally_batch *b = open_batch("batch-detail-utf8", &l);
     tally_event a = accel("x", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 2);
     char src[TALLY_ID_MAX] = "//hx/"; /* 5 bytes, then 2-byte characters: 60 splits one */
     for (size_t i = 0; i < 61; i++)
@@ -434,6 +441,62 @@ static void test_conflict_detail_utf8(void **state)
     query_str(l, "SELECT detail FROM quarantine WHERE reason = 'conflict'", detail);
     assert_true(valid_utf8(detail));
     assert_non_null(strstr(detail, "(source, id) = (//hx/\xC3\xBC"));
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
+/* Under tally_batch_set_origin_hash an origin is a prefix and the message's
+ * hash follows it, computed when the message is quarantined: a conflict, a
+ * reject, and a reject over QUARANTINE_RAW_MAX (whose hash covers all of
+ * it, though only a prefix is kept). An accepted event stores no origin. */
+static void want_origin(tally_ledger *l, const char *prefix, const char *raw, size_t len)
+{
+    uint64_t h[2];
+    char sql[300];
+    tally_hash128(raw, len, 0, h);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM quarantine WHERE origin = '%s%016llx'", prefix,
+             (unsigned long long)h[0]);
+    assert_int_equal(query_int(l, sql), 1);
+}
+
+static void test_origin_hash(void **state)
+{
+    (void)state;
+    tally_ledger *l;
+    tally_batch *b = open_batch("batch-origin-hash", &l);
+    tally_event a = accel("o1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 2);
+    tally_event bad = a;
+    bad.weight = 3;
+    set_fingerprint(&bad);
+    tally_reject rej = {"bad_json", "x"};
+    size_t big_n = QUARANTINE_RAW_MAX + 10;
+    char *big = malloc(big_n);
+    assert_non_null(big);
+    memset(big, 'b', big_n);
+    assert_int_equal(tally_batch_add_event(b, &a, "{a}", 3, "file:f:1:"), TALLY_OK);
+    tally_batch_set_origin_hash(b, true);
+    assert_int_equal(tally_batch_add_event(b, &a, "{a}", 3, "file:f:2:"), TALLY_OK);
+    assert_int_equal(tally_batch_add_event(b, &bad, "{bad}", 5, "file:f:3:"), TALLY_OK);
+    assert_int_equal(tally_batch_add_reject(b, &rej, "{", 1, "file:f:4:"), TALLY_OK);
+    assert_int_equal(tally_batch_add_reject(b, &rej, big, big_n, "file:f:5:"), TALLY_OK);
+    char long_prefix[600];
+    memset(long_prefix, 'p', sizeof long_prefix - 1);
+    long_prefix[sizeof long_prefix - 1] = '\0';
+    assert_int_equal(tally_batch_add_reject(b, &rej, "{", 1, long_prefix), TALLY_TOO_LARGE);
+    tally_batch_set_origin_hash(b, false);
+    assert_int_equal(tally_batch_add_reject(b, &rej, "{", 1, "file:f:6:whole"), TALLY_OK);
+    tally_event_result r[6];
+    commit_ok(b, r);
+    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
+    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
+    assert_int_equal(r[2], TALLY_RESULT_CONFLICT);
+    want_origin(l, "file:f:3:", "{bad}", 5);
+    want_origin(l, "file:f:4:", "{", 1);
+    want_origin(l, "file:f:5:", big, big_n);
+    assert_int_equal(
+        query_int(l, "SELECT count(*) FROM quarantine WHERE origin = 'file:f:6:whole'"), 1);
+    assert_int_equal(query_int(l, "SELECT count(*) FROM quarantine"), 4);
+    free(big);
     tally_batch_destroy(b);
     tally_ledger_close(l);
 }
@@ -1011,6 +1074,7 @@ int main(void)
         cmocka_unit_test(test_reject_bounded),
         cmocka_unit_test(test_packed_strings),
         cmocka_unit_test(test_conflict_detail_utf8),
+        cmocka_unit_test(test_origin_hash),
         cmocka_unit_test(test_offset_mark_and_gap),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_borrowed_events),

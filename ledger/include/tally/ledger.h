@@ -179,6 +179,15 @@ TALLY_MUST_CHECK tally_err tally_batch_add_reject_cut(tally_batch *b, const tall
                                                       const char whole_sha256[65],
                                                       const char *origin);
 
+/* While on, the origin given with each message queued is a prefix: the
+ * message's origin is that prefix followed by 16 hex digits of
+ * tally_hash128(raw, len, 0)[0], computed only if the message is
+ * quarantined (an origin is stored with quarantined rows alone). `tally
+ * ingest` names lines so, and one hash a line was 3.7 % of its CPU.
+ * tally_batch_add_reject_cut's origin is whole whatever this says. Off when
+ * a batch is created. */
+void tally_batch_set_origin_hash(tally_batch *b, bool on);
+
 /* Records that this batch ends partition (topic, partition) at new_next. At
  * commit the stored offset must still be expected_next (-1: none stored), or
  * the whole batch is rolled back with TALLY_STALE. */

@@ -83,6 +83,13 @@ void tally_pipeline_destroy(tally_pipeline *p);
  * Errors: as tally_pipeline_queue. */
 TALLY_MUST_CHECK tally_err tally_pipeline_add(tally_pipeline *p, const char *raw, size_t len,
                                               const char *origin, int64_t now_s, tally_decoded *d);
+/* tally_pipeline_add for a line of a file: its origin is origin_prefix
+ * followed by 16 hex digits of tally_hash128(raw, len, 0)[0], computed only
+ * if the line is quarantined (tally_batch_set_origin_hash). origin_prefix
+ * is at most 512 bytes (else TALLY_TOO_LARGE). Errors: as
+ * tally_pipeline_queue. */
+TALLY_MUST_CHECK tally_err tally_pipeline_add_line(tally_pipeline *p, const char *raw, size_t len,
+                                                   const char *origin_prefix, int64_t now_s);
 /* Queues a message decoded already (for a path that looks at the event
  * between decoding and queueing). Errors: as tally_pipeline_queue. */
 TALLY_MUST_CHECK tally_err tally_pipeline_add_decoded(tally_pipeline *p, const tally_decoded *d,
