@@ -15,6 +15,7 @@
  * per-event cost is a few hundred nanoseconds of copying plus one dedupe
  * INSERT. */
 #include <assert.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,48 +160,50 @@ static bool bytes_fit(const tally_batch *b, size_t n)
     return used <= BATCH_ARENA_CAP && n <= BATCH_ARENA_CAP - used;
 }
 
+/* Room for n more bytes after the len used of *buf (the arena, the
+ * strings), doubling from 64 KiB. Errors: TALLY_NOMEM. */
+static tally_err bytes_room(char **buf, size_t *alloc, size_t len, size_t n)
+{
+    if (*alloc - len >= n)
+        return TALLY_OK;
+    size_t cap = *alloc ? *alloc : 65536;
+    while (cap - len < n)
+        cap *= 2;
+    char *p = realloc(*buf, cap);
+    if (!p)
+        return TALLY_NOMEM;
+    *buf = p;
+    *alloc = cap;
+    return TALLY_OK;
+}
+
 /* Copies len bytes (plus a NUL when nul) into the arena; *off is where. */
 static tally_err arena_put(tally_batch *b, const char *data, size_t len, bool nul, size_t *off)
 {
-    if (!bytes_fit(b, len + (nul ? 1 : 0)))
+    size_t n = len + (nul ? 1 : 0);
+    if (!bytes_fit(b, n))
         return TALLY_TOO_LARGE;
-    size_t need = b->arena_len + len + (nul ? 1 : 0);
-    if (need > b->arena_alloc) {
-        size_t n = b->arena_alloc ? b->arena_alloc : 65536;
-        while (n < need)
-            n *= 2;
-        char *a = realloc(b->arena, n);
-        if (!a)
-            return TALLY_NOMEM;
-        b->arena = a;
-        b->arena_alloc = n;
-    }
+    tally_err e = bytes_room(&b->arena, &b->arena_alloc, b->arena_len, n);
+    if (e != TALLY_OK)
+        return e;
     *off = b->arena_len;
     if (len)
         memcpy(b->arena + b->arena_len, data, len);
     if (nul)
         b->arena[b->arena_len + len] = '\0';
-    b->arena_len = need;
+    b->arena_len += n;
     return TALLY_OK;
 }
 
+_Static_assert(TALLY_ID_MAX <= 256 && TALLY_NAME_MAX <= 256,
+               "a packed string's length fits a byte");
 /* What the packing is for: an item a quarter of a tally_event's size. */
 _Static_assert(sizeof(batch_item) <= 160, "a batch item holds its event packed");
 
 /* Room for n more bytes of strings. Errors: TALLY_NOMEM. */
 static tally_err strs_room(tally_batch *b, size_t n)
 {
-    if (b->strs_alloc - b->strs_len >= n)
-        return TALLY_OK;
-    size_t cap = b->strs_alloc ? b->strs_alloc : 65536;
-    while (cap - b->strs_len < n)
-        cap *= 2;
-    char *p = realloc(b->strs, cap);
-    if (!p)
-        return TALLY_NOMEM;
-    b->strs = p;
-    b->strs_alloc = cap;
-    return TALLY_OK;
+    return bytes_room(&b->strs, &b->strs_alloc, b->strs_len, n);
 }
 
 /* Appends s (n bytes) and its NUL to strs; strs_room made room. */
@@ -213,27 +216,25 @@ static size_t strs_put(tally_batch *b, const char *s, size_t n)
     return off;
 }
 
-/* The event's strings, in the order of BATCH_EVENT_STRS. */
-static void event_strs(const tally_event *ev, const char *str[BATCH_EVENT_STRS],
-                       size_t cap[BATCH_EVENT_STRS])
-{
-    const char *s[BATCH_EVENT_STRS] = {ev->id,       ev->source, ev->account,
-                                       ev->resource, ev->dim,    ev->dim2};
-    const size_t c[BATCH_EVENT_STRS] = {sizeof ev->id,       sizeof ev->source, sizeof ev->account,
-                                        sizeof ev->resource, sizeof ev->dim,    sizeof ev->dim2};
-    memcpy(str, s, sizeof s);
-    memcpy(cap, c, sizeof c);
-}
+/* Where an event's strings are, in the order of BATCH_EVENT_STRS. */
+static const struct {
+    size_t off, cap;
+} event_strs[BATCH_EVENT_STRS] = {
+    {offsetof(tally_event, id), sizeof((tally_event *)0)->id},
+    {offsetof(tally_event, source), sizeof((tally_event *)0)->source},
+    {offsetof(tally_event, account), sizeof((tally_event *)0)->account},
+    {offsetof(tally_event, resource), sizeof((tally_event *)0)->resource},
+    {offsetof(tally_event, dim), sizeof((tally_event *)0)->dim},
+    {offsetof(tally_event, dim2), sizeof((tally_event *)0)->dim2},
+};
 
 /* Packs a valid event (its strings terminated within their arrays) into
  * *out and strs. Errors: TALLY_NOMEM. */
 static tally_err pack_event(tally_batch *b, const tally_event *ev, batch_event *out)
 {
-    const char *str[BATCH_EVENT_STRS];
-    size_t cap[BATCH_EVENT_STRS], len[BATCH_EVENT_STRS], total = 0;
-    event_strs(ev, str, cap);
+    size_t len[BATCH_EVENT_STRS], total = 0;
     for (int i = 0; i < BATCH_EVENT_STRS; i++) {
-        len[i] = strnlen(str[i], cap[i]);
+        len[i] = strnlen((const char *)ev + event_strs[i].off, event_strs[i].cap);
         total += len[i] + 1;
     }
     tally_err e = strs_room(b, total);
@@ -249,8 +250,8 @@ static tally_err pack_event(tally_batch *b, const tally_event *ev, batch_event *
                          .pricing = (int32_t)ev->pricing,
                          .migration = ev->migration};
     for (int i = 0; i < BATCH_EVENT_STRS; i++) {
-        out->len[i] = (uint8_t)len[i]; /* each below 256: TALLY_ID_MAX is 128 */
-        (void)strs_put(b, str[i], len[i]);
+        out->len[i] = (uint8_t)len[i]; /* each below 256 (below) */
+        (void)strs_put(b, (const char *)ev + event_strs[i].off, len[i]);
     }
     return TALLY_OK;
 }
@@ -271,12 +272,9 @@ const tally_event *batch_item_event(const tally_batch *b, const batch_item *it,
     scratch->key[0] = p->key[0];
     scratch->key[1] = p->key[1];
     scratch->untimed = p->untimed;
-    const char *str[BATCH_EVENT_STRS];
-    size_t cap[BATCH_EVENT_STRS];
-    event_strs(scratch, str, cap);
     const char *from = b->strs + p->strs_off;
     for (int i = 0; i < BATCH_EVENT_STRS; i++) {
-        memcpy((char *)str[i], from, p->len[i]); /* the rest of the array is zero */
+        memcpy((char *)scratch + event_strs[i].off, from, p->len[i]); /* the rest is zero */
         from += p->len[i] + 1;
     }
     return scratch;
