@@ -11,7 +11,6 @@
 #include "tally/embed.h"
 #include "tally/ledger_sql.h"
 #include "tally/sign.h"
-#include "tally/utf8.h"
 
 #define T0      1772323200LL /* 2026-03-01T00:00:00Z */
 #define T0_TEXT "1772323200"
@@ -101,6 +100,14 @@ static void add(tally_batch *b, const tally_event *ev)
     snprintf(origin, sizeof origin, "test:%d", ++origin_seq);
     int n = snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"w\":%lld}", ev->id, (long long)ev->weight);
     assert_int_equal(tally_batch_add_event(b, ev, raw, (size_t)n, origin), TALLY_OK);
+}
+
+/* Each of the n results is the one wanted. */
+static void assert_results(const tally_event_result *got, const tally_event_result *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("result %zu: %d, wanted %d", i, (int)got[i], (int)want[i]);
 }
 
 static tally_batch_stats commit_ok(tally_batch *b, tally_event_result *results)
@@ -368,12 +375,10 @@ static void test_packed_strings(void **state)
     assert_int_equal(tally_batch_add_reject(b, &rej, "{", 1, "test:rej"), TALLY_OK);
     tally_event_result r[6];
     tally_batch_stats st = commit_ok(b, r);
-    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
-    assert_int_equal(r[1], TALLY_RESULT_ACCEPTED);
-    assert_int_equal(r[2], TALLY_RESULT_DUPLICATE);
-    assert_int_equal(r[3], TALLY_RESULT_CONFLICT);
-    assert_int_equal(r[4], TALLY_RESULT_ACCEPTED);
-    assert_int_equal(r[5], TALLY_RESULT_QUARANTINED);
+    static const tally_event_result want_r[6] = {TALLY_RESULT_ACCEPTED,  TALLY_RESULT_ACCEPTED,
+                                                 TALLY_RESULT_DUPLICATE, TALLY_RESULT_CONFLICT,
+                                                 TALLY_RESULT_ACCEPTED,  TALLY_RESULT_QUARANTINED};
+    assert_results(r, want_r, 6);
     assert_int_equal(st.accepted, 3);
     char want[600];
     snprintf(want, sizeof want,
@@ -402,19 +407,6 @@ static void test_packed_strings(void **state)
     tally_ledger_close(l);
 }
 
-/* Whether s is valid UTF-8 throughout. */
-static bool valid_utf8(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
-    while (p < end) {
-        size_t n = *p < 0x80 ? 1 : tally_utf8_len(p, end);
-        if (!n)
-            return false;
-        p += n;
-    }
-    return true;
-}
-
 /* A conflict's detail quotes 60 bytes of the source and id; a cut inside a
  * character would store invalid UTF-8 in quarantine.detail (a TEXT
  * column), so the cut falls before that character. */
@@ -439,7 +431,7 @@ static void test_conflict_detail_utf8(void **state)
     assert_int_equal(r[1], TALLY_RESULT_CONFLICT);
     char detail[256];
     query_str(l, "SELECT detail FROM quarantine WHERE reason = 'conflict'", detail);
-    assert_true(valid_utf8(detail));
+    assert_true(tu_valid_utf8(detail, strlen(detail)));
     assert_non_null(strstr(detail, "(source, id) = (//hx/\xC3\xBC"));
     tally_batch_destroy(b);
     tally_ledger_close(l);
@@ -487,9 +479,9 @@ static void test_origin_hash(void **state)
     assert_int_equal(tally_batch_add_reject(b, &rej, "{", 1, "file:f:6:whole"), TALLY_OK);
     tally_event_result r[6];
     commit_ok(b, r);
-    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
-    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
-    assert_int_equal(r[2], TALLY_RESULT_CONFLICT);
+    static const tally_event_result want[3] = {TALLY_RESULT_ACCEPTED, TALLY_RESULT_DUPLICATE,
+                                               TALLY_RESULT_CONFLICT};
+    assert_results(r, want, 3);
     want_origin(l, "file:f:3:", "{bad}", 5);
     want_origin(l, "file:f:4:", "{", 1);
     want_origin(l, "file:f:5:", big, big_n);
@@ -612,11 +604,10 @@ static void test_borrowed_events(void **state)
     assert_int_equal(tally_batch_count(b), 5);
     assert_true(tally_batch_bytes(b) >= 4 * strlen("{\"raw\":0}"));
     tally_batch_stats st = commit_ok(b, r);
-    assert_int_equal(r[0], TALLY_RESULT_ACCEPTED);
-    assert_int_equal(r[1], TALLY_RESULT_DUPLICATE);
-    assert_int_equal(r[2], TALLY_RESULT_CONFLICT);
-    assert_int_equal(r[3], TALLY_RESULT_QUARANTINED);
-    assert_int_equal(r[4], TALLY_RESULT_ACCEPTED);
+    static const tally_event_result want[5] = {TALLY_RESULT_ACCEPTED, TALLY_RESULT_DUPLICATE,
+                                               TALLY_RESULT_CONFLICT, TALLY_RESULT_QUARANTINED,
+                                               TALLY_RESULT_ACCEPTED};
+    assert_results(r, want, 5);
     assert_int_equal(st.accepted, 2);
     assert_int_equal(tally_batch_bytes(b), 0);
     char out[256];

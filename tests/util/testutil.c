@@ -1,6 +1,7 @@
 #include "testutil.h"
 #include "tally/embed.h"
 #include "tally/ledger_sql.h"
+#include "tally/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -202,4 +203,16 @@ void tu_copy_db(const char *base, const char *work)
     assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
     assert_int_equal(fclose(f), 0);
     tally_buf_release(&b);
+}
+
+bool tu_valid_utf8(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + n;
+    while (p < end) {
+        size_t k = *p < 0x80 ? 1 : tally_utf8_len(p, end);
+        if (!k)
+            return false;
+        p += k;
+    }
+    return true;
 }

@@ -32,6 +32,9 @@ int tu_sh(tally_buf *out, const char *fmt, ...) __attribute__((format(printf, 2,
 /* Runs the tally binary with the given argument string (shell syntax). */
 int tu_tally(tally_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Whether the n bytes at s are valid UTF-8 throughout (tally_utf8_len). */
+bool tu_valid_utf8(const char *s, size_t n);
+
 /* True when the tests run in CI: $CI is set, not empty, not "0"/"false". */
 bool tu_in_ci(void);
 /* A test that needs an external tool (kcat, chromium) and did not find it:
