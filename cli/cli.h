@@ -48,12 +48,20 @@ void cli_usage(const cli_ctx *ctx, bool to_stderr);
 /* True if argv holds -h or --help; prints the usage to stdout. */
 bool cli_wants_help(const cli_ctx *ctx, int argc, char **argv);
 
-/* Opens the ledger at ctx->db_path, reporting failure as a one-line error. */
+/* Opens the ledger at ctx->db_path, which must exist (a ledger directory or
+ * file that tally init made), reporting failure as a one-line error. A
+ * mistyped --db, or none where ./tally.db is missing, is refused: usage
+ * ingested into a new, empty ledger would be quarantined there, unpriced,
+ * and billed nowhere, and an empty ledger would verify or sign a head of
+ * nothing. */
 int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out);
+/* Only the check: CLI_OK, or the one-line error, for a command whose ledger
+ * another layer opens (tally serve). */
+int cli_ledger_exists(const cli_ctx *ctx);
 
-/* The same for a ledger that must exist already (opening creates a missing
- * one, and an empty new ledger would verify or sign a head of nothing). */
-int cli_open_existing_ledger(const cli_ctx *ctx, tally_ledger **out);
+/* The same, creating the ledger when the path is missing: tally init and the
+ * demo's own ledger only. */
+int cli_create_ledger(const cli_ctx *ctx, tally_ledger **out);
 
 /* Parses RFC 3339 time, a decimal amount for a currency, or an integer in
  * [min, max], reporting a one-line error naming what (returns CLI_USAGE). */

@@ -193,7 +193,7 @@ static int announce(demo *d)
 {
     tally_ledger *l = NULL;
     cli_ctx sub = {.db_path = d->db, .cmd = "demo"};
-    int rc = cli_open_ledger(&sub, &l);
+    int rc = cli_create_ledger(&sub, &l);
     if (rc)
         return rc;
     size_t n = 0;

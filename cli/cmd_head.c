@@ -20,7 +20,7 @@ int cmd_head(cli_ctx *ctx, int argc, char **argv)
         return cli_error(ctx, CLI_USAGE, "unexpected argument '%s'", argv[1]);
     }
     tally_ledger *l = NULL;
-    int rc = cli_open_existing_ledger(ctx, &l);
+    int rc = cli_open_ledger(ctx, &l);
     if (rc)
         return rc;
     tally_ledger_head h;

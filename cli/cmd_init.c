@@ -19,7 +19,7 @@ int cmd_init(cli_ctx *ctx, int argc, char **argv)
     if (!card)
         return cli_error(ctx, CLI_FAIL, "fixture rate card is not compiled in");
     tally_ledger *l = NULL;
-    int rc = cli_open_ledger(ctx, &l);
+    int rc = cli_create_ledger(ctx, &l);
     if (rc)
         return rc;
     char why[256] = "";

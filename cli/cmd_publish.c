@@ -132,8 +132,8 @@ int cmd_publish(cli_ctx *ctx, int argc, char **argv)
     int rc = parse_opts(ctx, argc, argv, &o);
     if (rc)
         return rc;
-    int lock = -1;
-    if ((rc = lock_ledger(ctx, &lock)))
+    int lock = -1; /* its file beside the ledger, which must exist */
+    if ((rc = cli_ledger_exists(ctx)) || (rc = lock_ledger(ctx, &lock)))
         return rc;
     tally_ledger *l = NULL;
     if ((rc = cli_open_ledger(ctx, &l))) {

@@ -65,6 +65,8 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv)
         return rc;
     if (burst && (rc = cli_parse_int(ctx, "--ingest-burst", burst, 1, 1000000, &burst_n)))
         return rc;
+    if ((rc = cli_ledger_exists(ctx)))
+        return rc;
     tally_server_opts o = {.ingest_rate = rate && rate_n == 0 ? -1 : rate_n,
                            .ingest_burst = burst_n,
                            .db_path = ctx->db_path,

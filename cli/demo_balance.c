@@ -17,7 +17,7 @@
 static int open_demo_ledger(cli_ctx *ctx, const char *db, tally_ledger **l)
 {
     cli_ctx sub = {.db_path = db, .cmd = ctx->cmd};
-    return cli_open_ledger(&sub, l);
+    return cli_create_ledger(&sub, l);
 }
 
 int demo_balance_read(cli_ctx *ctx, const char *db, demo_balance_point *out)

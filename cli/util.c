@@ -62,7 +62,7 @@ bool cli_wants_help(const cli_ctx *ctx, int argc, char **argv)
     return false;
 }
 
-int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out)
+int cli_create_ledger(const cli_ctx *ctx, tally_ledger **out)
 {
     char why[256] = "";
     tally_err e = tally_ledger_open(ctx->db_path, out, why, sizeof why);
@@ -72,11 +72,18 @@ int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out)
     return CLI_OK;
 }
 
-int cli_open_existing_ledger(const cli_ctx *ctx, tally_ledger **out)
+int cli_ledger_exists(const cli_ctx *ctx)
 {
-    if (access(ctx->db_path, F_OK) != 0)
-        return cli_error(ctx, CLI_FAIL, "no ledger at %s: %s", ctx->db_path, strerror(errno));
-    return cli_open_ledger(ctx, out);
+    if (!tally_ledger_exists(ctx->db_path))
+        return cli_error(ctx, CLI_FAIL, "no ledger at %s (tally --db %s init creates one)",
+                         ctx->db_path, ctx->db_path);
+    return CLI_OK;
+}
+
+int cli_open_ledger(const cli_ctx *ctx, tally_ledger **out)
+{
+    int rc = cli_ledger_exists(ctx);
+    return rc ? rc : cli_create_ledger(ctx, out);
 }
 
 int cli_parse_time(const cli_ctx *ctx, const char *what, const char *s, int64_t *out)

@@ -9,9 +9,11 @@
  * list accounts; main.db remembers per shard how far it copied. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -453,6 +455,18 @@ tally_err ledger_shards_refresh(tally_ledger *l)
 }
 
 /* ---- Opening a directory -------------------------------------------------------- */
+
+bool tally_ledger_exists(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return false;
+    if (!S_ISDIR(sb.st_mode))
+        return true;
+    char main_db[PATH_MAX];
+    int n = snprintf(main_db, sizeof main_db, "%s/" SHARD_MAIN_FILE, path);
+    return n > 0 && (size_t)n < sizeof main_db && stat(main_db, &sb) == 0;
+}
 
 bool tally_ledger_is_dir(const tally_ledger *l)
 {

@@ -2,6 +2,8 @@
  * says what is wrong, and stores nothing. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -86,12 +88,71 @@ static void test_void_twice(void **state)
     tally_buf_release(&out);
 }
 
+/* A --db that names no ledger (a typo, or no --db where ./tally.db is
+ * missing): every command that reads or writes a ledger refuses it (exit 1,
+ * as tally verify does) and creates nothing there. Ingesting into a new,
+ * empty ledger used to exit 0 with every event quarantined as no_price. A
+ * directory is a ledger only with its main.db. Only init creates one. */
+static void test_missing_ledger(void **state)
+{
+    (void)state;
+    static const char *const cmds[] = {
+        /* FILE: a file that exists */
+        "ingest FILE",
+        "meter --brokers 127.0.0.1:1 --topic t --until-idle 1",
+        "serve --listen 127.0.0.1:0",
+        "publish --brokers 127.0.0.1:1",
+        "balance acme",
+        "usage acme --from 2026-03-01T00:00:00Z --to 2026-04-01T00:00:00Z",
+        "invoice run --period 2026-03",
+        "ratecard load FILE",
+        "account set acme",
+        "credit grant acme 10 --kind coupon",
+        "spot set h100 1.00 --from 2026-03-01T00:00:00Z",
+        "apikey list",
+        "admission acme --sku h100 --cards 1 --hours 1",
+        "commit add acme --sku h100 --cards 1 --from 2026-03-01T00:00:00Z --to "
+        "2026-04-01T00:00:00Z",
+        "verify",
+    };
+    tally_buf out;
+    tally_buf_init(&out, 0);
+    char missing[700], empty_dir[700], file[700], cmd[1600];
+    snprintf(file, sizeof file, "'%s/usage.ndjson'", dir);
+    snprintf(missing, sizeof missing, "%s/typo.db", dir);
+    snprintf(empty_dir, sizeof empty_dir, "%s/empty-dir", dir);
+    assert_int_equal(mkdir(empty_dir, 0755), 0);
+    const char *paths[] = {missing, empty_dir};
+    for (size_t p = 0; p < 2; p++)
+        for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+            const char *f = strstr(cmds[i], "FILE");
+            snprintf(cmd, sizeof cmd, "%.*s%s", f ? (int)(f - cmds[i]) : (int)strlen(cmds[i]),
+                     cmds[i], f ? file : "");
+            tally_buf_reset(&out);
+            int rc = tu_tally(&out, "--db '%s' %s 2>&1", paths[p], cmd);
+            if (rc != 1 || !strstr(out.data ? out.data : "", "no ledger at "))
+                fail_msg("'%s' on %s: exit %d, said: %s", cmd, paths[p], rc,
+                         out.data ? out.data : "");
+        }
+    assert_int_equal(access(missing, F_OK), -1);
+    char main_db[800];
+    snprintf(main_db, sizeof main_db, "%s/main.db", empty_dir);
+    assert_int_equal(access(main_db, F_OK), -1);
+    snprintf(main_db, sizeof main_db, "%s.publish-lock", missing);
+    assert_int_equal(access(main_db, F_OK), -1);
+    /* init makes one, and the command then runs */
+    assert_int_equal(tu_tally(NULL, "--db '%s' init >/dev/null", missing), 0);
+    assert_int_equal(tu_tally(NULL, "--db '%s' apikey list >/dev/null", missing), 0);
+    tally_buf_release(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_apikey_unknown_account),
         cmocka_unit_test(test_usage_by_day_limit),
         cmocka_unit_test(test_void_twice),
+        cmocka_unit_test(test_missing_ledger),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
