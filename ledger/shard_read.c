@@ -461,11 +461,11 @@ bool tally_ledger_exists(const char *path)
     struct stat sb;
     if (stat(path, &sb) != 0)
         return false;
-    if (!S_ISDIR(sb.st_mode))
-        return true;
+    if (!S_ISDIR(sb.st_mode)) /* SQLite would make an empty file a new ledger */
+        return sb.st_size > 0;
     char main_db[PATH_MAX];
     int n = snprintf(main_db, sizeof main_db, "%s/" SHARD_MAIN_FILE, path);
-    return n > 0 && (size_t)n < sizeof main_db && stat(main_db, &sb) == 0;
+    return n > 0 && (size_t)n < sizeof main_db && stat(main_db, &sb) == 0 && sb.st_size > 0;
 }
 
 bool tally_ledger_is_dir(const tally_ledger *l)

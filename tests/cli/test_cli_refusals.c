@@ -91,8 +91,9 @@ static void test_void_twice(void **state)
 /* A --db that names no ledger (a typo, or no --db where ./tally.db is
  * missing): every command that reads or writes a ledger refuses it (exit 1,
  * as tally verify does) and creates nothing there. Ingesting into a new,
- * empty ledger used to exit 0 with every event quarantined as no_price. A
- * directory is a ledger only with its main.db. Only init creates one. */
+ * empty ledger used to exit 0 with every event quarantined as no_price. An
+ * empty file is no ledger either (SQLite would make it a new one), and a
+ * directory is one only with its main.db. Only init creates one. */
 static void test_missing_ledger(void **state)
 {
     (void)state;
@@ -122,8 +123,13 @@ static void test_missing_ledger(void **state)
     snprintf(missing, sizeof missing, "%s/typo.db", dir);
     snprintf(empty_dir, sizeof empty_dir, "%s/empty-dir", dir);
     assert_int_equal(mkdir(empty_dir, 0755), 0);
-    const char *paths[] = {missing, empty_dir};
-    for (size_t p = 0; p < 2; p++)
+    char empty_file[700];
+    snprintf(empty_file, sizeof empty_file, "%s/empty.db", dir);
+    FILE *ef = fopen(empty_file, "w");
+    assert_non_null(ef);
+    fclose(ef);
+    const char *paths[] = {missing, empty_dir, empty_file};
+    for (size_t p = 0; p < sizeof paths / sizeof *paths; p++)
         for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
             const char *f = strstr(cmds[i], "FILE");
             snprintf(cmd, sizeof cmd, "%.*s%s", f ? (int)(f - cmds[i]) : (int)strlen(cmds[i]),
@@ -135,6 +141,9 @@ static void test_missing_ledger(void **state)
                          out.data ? out.data : "");
         }
     assert_int_equal(access(missing, F_OK), -1);
+    struct stat sb;
+    assert_int_equal(stat(empty_file, &sb), 0);
+    assert_int_equal(sb.st_size, 0); /* nothing written into it either */
     char main_db[800];
     snprintf(main_db, sizeof main_db, "%s/main.db", empty_dir);
     assert_int_equal(access(main_db, F_OK), -1);

@@ -28,8 +28,9 @@ typedef struct tally_ledger tally_ledger;
  * TALLY_INVAL (a directory whose main.db is not a file). */
 TALLY_MUST_CHECK tally_err tally_ledger_open(const char *path, tally_ledger **out, char *why,
                                              size_t cap);
-/* Whether path holds a ledger to open: a file, or a ledger directory with
- * its main.db (what tally_ledger_open would open rather than create). */
+/* Whether path holds a ledger to open: a file that is not empty, or a
+ * ledger directory with such a main.db (what tally_ledger_open would open
+ * rather than create). */
 bool tally_ledger_exists(const char *path);
 /* Closes the connection; accepts NULL. */
 void tally_ledger_close(tally_ledger *l);
