@@ -15,9 +15,22 @@
  *     invoice, the gather and rating, the next gapless number of (invoice,
  *     year of the period), the link to the previous document's hash, the
  *     signed document, its rows, its balanced entry, its outbox event and
- *     its balance refresh. Numbers and chain links are read from the
- *     database inside the transaction, never kept in memory, so what a
- *     rolled-back savepoint took is taken again by the next account.
+ *     its balance refresh.
+ *   - Finalizing is pipelined over the group so that signing overlaps the
+ *     rest of the work (trust/signer.c): each account's savepoint takes its
+ *     number and chain link, writes its credit, entry and draft's removal,
+ *     and queues its document's hash; the signed documents are stored, with
+ *     their outbox events and balance refreshes, in account order when the
+ *     group ends (flush). The group's first number and link are read from
+ *     the database inside the transaction; the others follow the group's
+ *     last pending account, which is only pending once its savepoint has
+ *     succeeded, so what a rolled-back savepoint took is taken again by the
+ *     next account. The ledger a group leaves is the one the accounts run
+ *     one by one would leave.
+ *   - When the flush fails, the group is rolled back and run again, and the
+ *     rest of the run with it, one account at a time: each account's
+ *     savepoint then stores its own document, so the failure is met by the
+ *     account it belongs to and handled as below.
  *   - A failing account is rolled back to its savepoint; the accounts before
  *     it in its group are committed (they stay finalized and a re-run skips
  *     them), the run stops, and the error names the account. When SQLite
@@ -57,6 +70,20 @@ typedef struct held {
     size_t doc_off, doc_len; /* in run.held_docs (with an output directory) */
 } held;
 
+/* A finalized account whose document waits for its signature: what the
+ * flush needs to store it. d points into the rest. */
+typedef struct pending {
+    const tally_account *a;
+    tally_rating_result res;
+    tally_invoice_summary s;
+    inv_doc d;
+    char prev[65], hash[65];
+    int64_t usage_seq;
+    uint64_t ticket;
+    size_t held_ix; /* its place among the group's results */
+    tally_buf doc;  /* the document up to its prev_hash */
+} pending;
+
 typedef struct tz_bounds {
     char tz[64];
     int64_t start_s, end_s;
@@ -77,6 +104,10 @@ typedef struct run {
     size_t group_first, group_accounts; /* the group's first account's index; its size */
     held *held;                         /* GROUP_ACCOUNTS of them */
     size_t n_held;
+    pending *pend; /* GROUP_ACCOUNTS of them */
+    size_t n_pend, pend_bytes;
+    bool serial; /* each account stores its document in its own savepoint */
+    bool rerun;  /* the group was rolled back: run it again, serially */
     tally_buf held_docs;
     inv_writer *w;        /* writes the files of committed groups (NULL: here) */
     tally_signer *signer; /* signs finalized documents on a thread of its own */
@@ -125,6 +156,17 @@ static tally_err tx_open(run *r)
     r->n_held = 0;
     tally_buf_reset(&r->held_docs);
     return e;
+}
+
+/* Forgets the group's pending documents and their queued hashes. */
+static void pend_reset(run *r)
+{
+    for (size_t i = 0; i < r->n_pend; i++)
+        tally_rating_result_release(&r->pend[i].res);
+    r->n_pend = 0;
+    r->pend_bytes = 0;
+    if (r->signer)
+        tally_signer_drop(r->signer);
 }
 
 static tally_err tx_commit(run *r)
@@ -286,48 +328,138 @@ static tally_err while_signing(run *r, const inv_doc *d)
     return e ? e : drop_draft(r, d->account);
 }
 
-/* Numbers, chains, signs and stores the invoice, and posts its entry. */
-static tally_err finalize(run *r, const tally_account *a, const tally_rating_result *res,
-                          int64_t usage_seq, tally_invoice_summary *s)
+/* The first pending account of a group takes the next number and the
+ * chain's last hash from the database; the others follow the account
+ * pending before them. */
+static tally_err number_and_link(run *r, pending *p)
 {
     int y, m;
-    inv_doc d;
-    inv_sealed sealed = {.usage_seq = usage_seq};
-    char prev[65];
+    if (r->n_pend) {
+        const pending *last = &r->pend[r->n_pend - 1];
+        p->d.number = last->d.number + 1;
+        memcpy(p->prev, last->hash, sizeof p->prev);
+        return TALLY_OK;
+    }
     tally_err e = tally_period_parse(r->o->period, &y, &m);
-    doc_from(r, a, res, &d);
     if (!e)
-        e = inv_next_number(r->l, "invoice", y, &d.number);
+        e = inv_next_number(r->l, "invoice", y, &p->d.number);
+    return e ? e : inv_last_hash(r->l, p->prev);
+}
+
+/* Keeps doc with h, for the output directory. */
+static tally_err hold_doc(run *r, held *h, const tally_buf *doc)
+{
+    h->doc_off = r->held_docs.len;
+    h->doc_len = 0;
+    if (!r->o->out_dir)
+        return TALLY_OK;
+    tally_err e = tally_buf_append(&r->held_docs, doc->data, doc->len);
     if (!e)
-        e = inv_last_hash(r->l, prev);
+        h->doc_len = doc->len;
+    return e;
+}
+
+/* Keeps the account's result (and its document, for the output directory)
+ * until the group commits. */
+static tally_err hold(run *r, const tally_invoice_summary *s, const tally_buf *doc)
+{
+    held *h = &r->held[r->n_held];
+    h->s = *s;
+    tally_err e = hold_doc(r, h, doc);
     if (!e)
-        e = issue_credit(r, a, &d);
+        r->n_held++;
+    return e;
+}
+
+static tally_err flush(run *r);
+
+/* Finalizing, in the account's savepoint: numbers and chains the invoice,
+ * issues its credit, queues its document's hash for signing and posts its
+ * entry; the flush stores it. Takes res. */
+static tally_err finalize_begin(run *r, const tally_account *a, tally_rating_result *res,
+                                int64_t usage_seq, const tally_invoice_summary *s)
+{
+    pending *p = &r->pend[r->n_pend];
+    p->a = a;
+    p->res = *res;
+    *res = (tally_rating_result){0};
+    p->s = *s;
+    p->usage_seq = usage_seq;
+    doc_from(r, a, &p->res, &p->d);
+    int y, m;
+    tally_err e = tally_period_parse(r->o->period, &y, &m);
+    if (!e)
+        e = number_and_link(r, p);
+    if (!e)
+        e = issue_credit(r, a, &p->d);
+    if (!e)
+        e = tally_fmt(p->s.invoice_id, sizeof p->s.invoice_id, "INV-%04d-%06lld", y,
+                      (long long)p->d.number);
+    p->d.invoice_id = p->s.invoice_id;
+    p->d.finalized = true;
+    p->d.prev_hash = p->prev;
+    tally_buf_reset(&p->doc);
+    if (!e)
+        e = inv_doc_unsealed(&p->d, tally_signer_key_id(r->signer), &p->doc, p->hash);
+    if (!e)
+        e = tally_signer_push(r->signer, p->hash, &p->ticket);
+    if (!e)
+        e = while_signing(r, &p->d);
+    if (e) { /* a hash queued stays until the group's pending documents go */
+        tally_rating_result_release(&p->res);
+        return e;
+    }
+    p->held_ix = r->n_held;
+    r->held[r->n_held++] = (held){.s = p->s};
+    r->n_pend++;
+    r->pend_bytes += p->doc.len;
+    return r->serial ? flush(r) : TALLY_OK;
+}
+
+/* The period leaves the account's running charges. */
+static tally_err refresh_balance(run *r, const tally_account *a)
+{
+    if (r->l->no_balances)
+        return TALLY_OK;
+    tally_err e = r->bal ? TALLY_OK : bal_engine_create(r->l, &r->bal);
+    return e ? e : bal_refresh(r->bal, a->id, 1, 0, "invoice");
+}
+
+/* Stores a pending invoice with its signature: its rows, its outbox event
+ * (in this same transaction) and its balance refresh; fills its result. */
+static tally_err finalize_end(run *r, pending *p)
+{
+    inv_sealed sealed = {.usage_seq = p->usage_seq};
+    memcpy(sealed.hash, p->hash, sizeof sealed.hash);
+    tally_err e = tally_signer_wait(r->signer, p->ticket, sealed.signature);
+    if (!e)
+        e = inv_doc_seal(&p->doc, sealed.hash, sealed.signature);
     if (e)
         return e;
-    snprintf(s->invoice_id, sizeof s->invoice_id, "INV-%04d-%06lld", y, (long long)d.number);
-    d.invoice_id = s->invoice_id;
-    d.finalized = true;
-    d.prev_hash = prev;
-    tally_buf_reset(&r->doc);
-    e = inv_doc_unsealed(&d, tally_signer_key_id(r->signer), &r->doc, sealed.hash);
+    sealed.doc = p->doc.data;
+    sealed.len = p->doc.len;
+    e = inv_store(r->l, &p->d, &sealed);
     if (!e)
-        e = tally_signer_submit(r->signer, sealed.hash);
+        e = ledger_outbox_invoice_finalized(r->l, p->d.invoice_id, p->a->id, p->doc.data,
+                                            p->doc.len);
+    if (!e)
+        e = refresh_balance(r, p->a);
     if (e)
         return e;
-    e = while_signing(r, &d);
-    tally_err signed_e = tally_signer_take(r->signer, sealed.signature);
-    if (!e)
-        e = signed_e;
-    if (!e)
-        e = inv_doc_seal(&r->doc, sealed.hash, sealed.signature);
-    if (e)
-        return e;
-    sealed.doc = r->doc.data;
-    sealed.len = r->doc.len;
-    e = inv_store(r->l, &d, &sealed);
-    if (!e) /* announced from the outbox, in this same transaction */
-        e = ledger_outbox_invoice_finalized(r->l, d.invoice_id, a->id, r->doc.data, r->doc.len);
-    s->finalized = e == TALLY_OK;
+    held *h = &r->held[p->held_ix];
+    h->s = p->s;
+    h->s.finalized = true;
+    return hold_doc(r, h, &p->doc);
+}
+
+/* Stores the group's pending invoices, in account order. Whatever the
+ * outcome, none is pending after it. */
+static tally_err flush(run *r)
+{
+    tally_err e = TALLY_OK;
+    for (size_t i = 0; !e && i < r->n_pend; i++)
+        e = finalize_end(r, &r->pend[i]);
+    pend_reset(r);
     return e;
 }
 
@@ -363,45 +495,25 @@ static tally_err account_body(run *r, const tally_account *a, tally_invoice_summ
     bool live = false;
     int64_t usage_seq = 0;
     tally_err e = live_invoice(r, a, s, &live);
-    if (!e && !live && r->o->finalize) {
-        tally_signer_expect(r->signer); /* awake by the time the document is hashed */
+    if (!e && live)
+        return hold(r, s, &r->doc);
+    if (!e && r->o->finalize)
         e = inv_usage_seq(r->l, &usage_seq);
-    }
-    if (!e && !live)
+    if (!e)
         e = rate(r, a, &res, skip);
-    if (!e && !live && !*skip) {
+    if (!e && !*skip) {
         s->subtotal_minor = res.subtotal_minor;
         s->credits_minor = res.total_credits_minor;
         s->amount_due_minor = res.amount_due_minor;
         s->credit_issued_minor = res.credit_issued_minor;
-        e = r->o->finalize ? finalize(r, a, &res, usage_seq, s) : save_draft(r, a, &res, s);
-    }
-    if (!e && !live && !*skip && r->o->finalize && !r->l->no_balances) {
-        if (!r->bal) /* the period leaves the running charges */
-            e = bal_engine_create(r->l, &r->bal);
+        if (r->o->finalize)
+            return finalize_begin(r, a, &res, usage_seq, s);
+        e = save_draft(r, a, &res, s);
         if (!e)
-            e = bal_refresh(r->bal, a->id, 1, 0, "invoice");
+            e = hold(r, s, &r->doc);
     }
     tally_rating_result_release(&res);
     return e;
-}
-
-/* Keeps the account's result (and its document, for the output directory)
- * until the group commits. */
-static tally_err hold(run *r, const tally_invoice_summary *s)
-{
-    held *h = &r->held[r->n_held];
-    h->s = *s;
-    h->doc_off = r->held_docs.len;
-    h->doc_len = 0;
-    if (r->o->out_dir) {
-        tally_err e = tally_buf_append(&r->held_docs, r->doc.data, r->doc.len);
-        if (e)
-            return e;
-        h->doc_len = r->doc.len;
-    }
-    r->n_held++;
-    return TALLY_OK;
 }
 
 /* One account of the open group, under its savepoint; a failure leaves the
@@ -410,22 +522,25 @@ static tally_err run_account(run *r, const tally_account *a)
 {
     tally_invoice_summary s;
     bool skip = false;
+    size_t held_before = r->n_held, docs_before = r->held_docs.len, pend_before = r->n_pend;
     summary_init(r, a, &s);
     tally_err e = sp_begin(r);
     if (e)
         return e;
     e = account_body(r, a, &s, &skip);
-    bool kept = !e && !skip && (e = hold(r, &s)) == TALLY_OK;
     if (!e)
         e = sp_release(r);
-    if (e && kept) { /* released nothing: the result goes with the savepoint */
-        r->n_held--;
-        r->held_docs.len = r->held[r->n_held].doc_off;
+    if (e) { /* its result and pending document go with the savepoint */
+        r->n_held = held_before;
+        r->held_docs.len = docs_before;
         if (r->held_docs.data)
-            r->held_docs.data[r->held_docs.len] = '\0';
-    }
-    if (e)
+            r->held_docs.data[docs_before] = '\0';
+        for (; r->n_pend > pend_before; r->n_pend--) {
+            r->pend_bytes -= r->pend[r->n_pend - 1].doc.len;
+            tally_rating_result_release(&r->pend[r->n_pend - 1].res);
+        }
         sp_undo(r);
+    }
     r->group_accounts++;
     return e;
 }
@@ -566,19 +681,17 @@ static tally_err load_accounts(run *r, tally_account **out, size_t *n)
 }
 
 /* Finalizing needs a usable signing key: checked once, before anything is
- * written, by starting the run's signer and signing with it. The signer
- * has a thread of its own unless the run writes files: their two threads
- * keep the second core busy, and a signer spinning beside them made a run
- * with --out on tmpfs 1.14x slower. */
+ * written, by starting the run's signer and signing with it. */
 static tally_err check_key(run *r)
 {
     char sig[129];
-    tally_err e = r->o->key_path ? tally_signer_start(r->o->key_path, !r->o->out_dir, &r->signer)
-                                 : TALLY_NOT_FOUND;
+    uint64_t ticket = 0;
+    tally_err e =
+        r->o->key_path ? tally_signer_start(r->o->key_path, true, &r->signer) : TALLY_NOT_FOUND;
     if (!e)
-        e = tally_signer_submit(r->signer, INV_ZERO_HASH);
+        e = tally_signer_push(r->signer, INV_ZERO_HASH, &ticket);
     if (!e)
-        e = tally_signer_take(r->signer, sig);
+        e = tally_signer_wait(r->signer, ticket, sig);
     if (e)
         snprintf(r->why, r->cap, "signing key %s: %s (create one with 'tally keygen')",
                  r->o->key_path ? r->o->key_path : "(none)", tally_err_str(e));
@@ -621,20 +734,38 @@ static void why_add(run *r, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The group's flush failed: rolls it back, to be run again from its first
+ * account with each account storing its own invoice. */
+static tally_err run_again(run *r)
+{
+    tx_rollback(r);
+    r->n_held = 0;
+    tally_buf_reset(&r->held_docs);
+    pend_reset(r);
+    r->serial = true;
+    r->rerun = true;
+    return TALLY_OK;
+}
+
 /* Commits the open group (accounts group_first .. end - 1) and delivers
  * its results. */
 static tally_err group_commit(run *r, const tally_account *accts, size_t end)
 {
     if (!r->in_tx)
         return TALLY_OK;
-    /* The group before's files first: one that failed ends the run there,
-     * as if it had been written before this group began. */
+    /* The group's invoices are stored while the writer still writes the
+     * files of the group before (flushing first keeps both cores busy);
+     * then those files: one that failed ends the run there, as if it had
+     * been written before this group began. */
+    tally_err flushed = flush(r);
     tally_err e = settle(r);
     if (e) {
         tx_rollback(r);
         r->n_held = 0;
         return e;
     }
+    if (flushed)
+        return run_again(r);
     e = tx_commit(r);
     if (e && end - r->group_first == 1)
         snprintf(r->why, r->cap, "account %s: committing it failed: %s: %s",
@@ -662,8 +793,12 @@ static tally_err group_fail(run *r, tally_err e)
     if (files) {
         tx_rollback(r);
         r->n_held = 0;
+        pend_reset(r);
         return files;
     }
+    if (r->in_tx && !sqlite3_get_autocommit(r->l->db) && flush(r) != TALLY_OK)
+        return run_again(r); /* the earlier accounts' invoices could not be stored */
+    pend_reset(r);
     if (!r->in_tx)
         return e;
     r->in_tx = false;
@@ -705,25 +840,29 @@ static tally_err run_all(run *r)
         e = load_accounts(r, &accts, &n);
     if (e && !r->why[0])
         snprintf(r->why, r->cap, "%s: %s", tally_err_str(e), tally_ledger_errmsg(r->l));
-    for (size_t i = 0; !e && i < n; i++) {
+    size_t i = 0;
+    while (!e && (i < n || r->in_tx)) {
         r->why[0] = '\0';
-        if (!r->in_tx) {
+        if (i == n) {
+            e = group_commit(r, accts, n);
+        } else if (!r->in_tx) {
             e = tx_open(r);
             r->group_first = i;
-        }
-        if (!e)
-            e = run_account(r, &accts[i]);
-        if (e) {
+        } else if ((e = run_account(r, &accts[i])) != TALLY_OK) {
             e = group_fail(r, explain(r, accts[i].id, e));
-            break;
+        } else {
+            if (r->o->on_progress) /* the account is run; its results follow its group's commit */
+                r->o->on_progress(r->o->ctx, i + 1, n);
+            i++;
+            if (r->group_accounts >= GROUP_ACCOUNTS ||
+                r->held_docs.len + r->pend_bytes >= GROUP_DOC_BYTES)
+                e = group_commit(r, accts, i);
         }
-        if (r->o->on_progress) /* the account is run; its results follow its group's commit */
-            r->o->on_progress(r->o->ctx, i + 1, n);
-        if (r->group_accounts >= GROUP_ACCOUNTS || r->held_docs.len >= GROUP_DOC_BYTES)
-            e = group_commit(r, accts, i + 1);
+        if (r->rerun) { /* the group again, from its first account */
+            r->rerun = false;
+            i = r->group_first;
+        }
     }
-    if (!e)
-        e = group_commit(r, accts, n);
     if (!e)
         e = settle(r);
     tx_rollback(r);
@@ -753,9 +892,14 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
     tally_buf_init(&r.held_docs, GROUP_DOC_BYTES + TALLY_BUF_DEFAULT_CAP);
     if (!e && !(r.held = calloc(GROUP_ACCOUNTS, sizeof *r.held)))
         e = TALLY_NOMEM;
+    if (!e && !(r.pend = calloc(GROUP_ACCOUNTS, sizeof *r.pend)))
+        e = TALLY_NOMEM;
+    for (size_t i = 0; r.pend && i < GROUP_ACCOUNTS; i++)
+        tally_buf_init(&r.pend[i].doc, 0);
     if (!e)
         e = run_all(&r);
     inv_writer_stop(r.w);
+    pend_reset(&r);
     tally_signer_stop(r.signer);
     inv_gatherer_destroy(r.g);
     bal_engine_destroy(r.bal);
@@ -766,5 +910,8 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
     tally_buf_release(&r.doc);
     tally_buf_release(&r.held_docs);
     free(r.held);
+    for (size_t i = 0; r.pend && i < GROUP_ACCOUNTS; i++)
+        tally_buf_release(&r.pend[i].doc);
+    free(r.pend);
     return e;
 }

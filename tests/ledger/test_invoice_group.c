@@ -10,6 +10,9 @@
  *  - an account whose insert rolls the whole transaction back: only the
  *    first group is finalized, and the error says the rest of the second
  *    was not committed;
+ *  - an account whose insert aborts where the group's signed documents
+ *    are stored: the group is run again account by account, with the
+ *    outcome of the first case;
  *  - a file that cannot be written after the first group committed: all
  *    of that group is reported and its other files written, then the run
  *    stops naming the file;
@@ -461,6 +464,141 @@ static void test_dead_disk_in_commit(void **state)
            cuts, (long long)ops, whole, absent);
 }
 
+/* The store of acct-0300's invoice fails (a statement error) at the end of
+ * its group, where the group's signed documents are stored: the group is
+ * rolled back and run again one account at a time, so the outcome is the
+ * one of a failure inside acct-0300's own savepoint: the 300 accounts
+ * before it are finalized and reported, their files written, and nothing
+ * of acct-0300 or later exists. */
+static void test_store_fails_at_group_end(void **state)
+{
+    (void)state;
+    seen v = {0};
+    char why[512];
+    tally_err rc;
+    tally_ledger *l = run_with_trigger("CREATE TEMP TRIGGER fail_one BEFORE INSERT ON invoices "
+                                       "WHEN NEW.account = 'acct-0300' "
+                                       "BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+                                       &v, why, sizeof why, &rc);
+    assert_int_equal(rc, TALLY_DB);
+    assert_non_null(strstr(why, "account acct-0300"));
+    assert_non_null(strstr(why, "injected failure"));
+    assert_null(strstr(why, "not committed"));
+    assert_int_equal(v.n, FAILING);
+    assert_true(v.in_order);
+    assert_int_equal(json_files(), FAILING);
+    assert_true(file_of(FAILING - 1));
+    assert_false(file_of(FAILING));
+    assert_finalized(l, FAILING);
+    assert_int_equal(tu_query_int(l, "SELECT count(*) FROM entries", NULL), FAILING);
+    rerun_without_trigger(l, FAILING);
+}
+
+typedef struct names {
+    char name[64][64];
+    size_t n;
+} names;
+
+static tally_err add_name(void *ctx, int ncols, const char *const *cols)
+{
+    names *t = ctx;
+    assert_int_equal(ncols, 1);
+    assert_true(t->n < 64);
+    snprintf(t->name[t->n++], sizeof t->name[0], "%s", cols[0]);
+    return TALLY_OK;
+}
+
+/* Every table of l's database holds the same rows as in the database at
+ * other (ledger_chain: the same rows chained, in any order); returns how
+ * many tables were compared. */
+static size_t assert_same_rows(tally_ledger *l, const char *other)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql, "ATTACH '%s' AS other", other);
+    assert_int_equal(tally_ledger_exec(l, sql), TALLY_OK);
+    names t = {0};
+    assert_int_equal(tally_ledger_query(l,
+                                        "SELECT name FROM main.sqlite_master WHERE type = 'table' "
+                                        "AND name NOT LIKE 'sqlite_%' ORDER BY name",
+                                        NULL, 0, add_name, &t),
+                     TALLY_OK);
+    for (size_t i = 0; i < t.n; i++) {
+        const char *n = t.name[i];
+        /* the chain links rows in the order they were written: the same
+         * rows, each with the same row hash, in another order */
+        const char *cols = strcmp(n, "ledger_chain") == 0 ? "tbl, row_key, row_hash" : "*";
+        snprintf(sql, sizeof sql,
+                 "SELECT (SELECT count(*) FROM main.\"%s\") - (SELECT count(*) FROM other.\"%s\") "
+                 "+ (SELECT count(*) FROM (SELECT %s FROM main.\"%s\" EXCEPT "
+                 "SELECT %s FROM other.\"%s\")) + (SELECT count(*) FROM (SELECT %s FROM "
+                 "other.\"%s\" EXCEPT SELECT %s FROM main.\"%s\"))",
+                 n, n, cols, n, cols, n, cols, n, cols, n);
+        if (tu_query_int(l, sql, NULL) != 0)
+            fail_msg("table %s differs", n);
+    }
+    assert_int_equal(tally_ledger_exec(l, "DETACH other"), TALLY_OK);
+    return t.n;
+}
+
+/* Finalizing a group stores its signed documents at the group's end; the
+ * ledger it leaves is the one left by finalizing the accounts one run at a
+ * time (each its own group of one), row for row in every table: numbers,
+ * document chain links, signatures, entries, grants, outbox events and
+ * balances (the ledger's own chain links the same rows in the order they
+ * were written),
+ * with an account already finalized, accounts with credits and an account
+ * with nothing to bill among the pending ones. */
+static void test_group_equals_one_by_one(void **state)
+{
+    (void)state;
+    char one_by_one[700];
+    snprintf(one_by_one, sizeof one_by_one, "%s/one-by-one.db", D.dir);
+    fresh_work();
+    tally_ledger *l = open_ledger(D.work);
+    tally_invoice_run_opts o = {.period = "2026-03", .finalize = true, .key_path = D.key};
+    char why[512] = "";
+    o.account = "acct-0010"; /* already finalized when the others are */
+    if (tally_invoice_run(l, &o, why, sizeof why) != TALLY_OK)
+        fail_msg("acct-0010: %s", why);
+    assert_int_equal(tally_ledger_account_set(l, "acct-0100a", NULL, NULL, NULL), TALLY_OK);
+    for (int a = 3; a < ACCOUNTS; a += 7) {
+        char id[32];
+        snprintf(id, sizeof id, "acct-%04d", a);
+        tally_grant_spec g = {.account = id,
+                              .kind = TALLY_GRANT_COUPON,
+                              .amount_minor = 100 + a,
+                              .priority = 50,
+                              .effective_s = 1772323200, /* 2026-03-01 */
+                              .expires_s = TALLY_TIME_MAX};
+        int64_t gid;
+        assert_int_equal(tally_ledger_grant_add(l, &g, &gid, why, sizeof why), TALLY_OK);
+    }
+    tally_ledger_close(l);
+    tu_copy_db(D.work, one_by_one);
+    l = open_ledger(one_by_one);
+    for (int a = 0; a < ACCOUNTS; a++) {
+        char id[32];
+        snprintf(id, sizeof id, "acct-%04d", a);
+        o.account = id;
+        if (tally_invoice_run(l, &o, why, sizeof why) != TALLY_OK)
+            fail_msg("%s: %s", id, why);
+    }
+    tally_ledger_close(l);
+    l = open_ledger(D.work);
+    seen v = {.in_order = true};
+    o.account = NULL;
+    o.on_invoice = on_invoice; /* acct-0010's result comes between pending ones */
+    o.ctx = &v;
+    if (tally_invoice_run(l, &o, why, sizeof why) != TALLY_OK)
+        fail_msg("run: %s", why);
+    assert_int_equal(v.n, ACCOUNTS);
+    assert_true(v.in_order);
+    assert_int_equal(v.already, 1);
+    assert_finalized(l, ACCOUNTS);
+    assert_true(assert_same_rows(l, one_by_one) >= 10);
+    tally_ledger_close(l);
+}
+
 /* Accounts in eight time zones (and UTC): the files the writer threads
  * render while the run finalizes the next group are byte for byte the files
  * written in place. When periods and days were computed by switching the
@@ -509,6 +647,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_account_fails_mid_group),
         cmocka_unit_test(test_transaction_ends_mid_group),
+        cmocka_unit_test(test_store_fails_at_group_end),
+        cmocka_unit_test(test_group_equals_one_by_one),
         cmocka_unit_test(test_file_fails_after_commit),
         cmocka_unit_test(test_last_file_fails),
         cmocka_unit_test(test_commit_sync_fails),

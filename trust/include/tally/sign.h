@@ -66,30 +66,37 @@ void tally_sha256_destroy(tally_sha256 *h);
  * hex digits plus NUL. Errors: TALLY_NOT_FOUND (no key), TALLY_CRYPTO. */
 TALLY_MUST_CHECK tally_err tally_sign_hash(const char *key_path, const char hash_hex[65],
                                            char sig_hex[129]);
-/* A thread that signs for one key while its caller does other work: an
- * invoice run hands it each document's hash, writes what does not need the
- * signature, then takes the signature. One hash is in flight at a time; the
- * key is the one at key_path when the signer starts, for all it signs. One
- * caller thread per signer.
- *   _start   loads the key and starts the thread (threaded false: none;
- *            then _submit signs, at once, and the calls are otherwise the
- *            same). Errors: TALLY_NOT_FOUND (no key), TALLY_IO,
- *            TALLY_CRYPTO, TALLY_NOMEM.
+/* A queue of hashes that a thread signs for one key while its caller does
+ * other work: an invoice run pushes each document's hash as it makes the
+ * document, and takes the signatures, oldest first, when it stores the
+ * documents. Up to TALLY_SIGNER_QUEUE hashes wait at a time; the key is the
+ * one at key_path when the signer starts, for all it signs. One caller
+ * thread per signer. A hash nobody has begun to sign when the caller waits
+ * for it is signed by the caller, so a wait never sleeps on an idle thread.
+ *   _start   loads the key and starts the thread, which sleeps while the
+ *            queue is empty and is woken by a batch of hashes (threaded
+ *            false: no thread; the caller signs in _wait). Errors:
+ *            TALLY_NOT_FOUND (no key), TALLY_IO, TALLY_CRYPTO, TALLY_NOMEM.
  *   _key_id  the key's id (borrowed, valid until _stop).
- *   _expect  says a hash will come soon (say, 100 us): the thread wakes, so
- *            that it is awake when the hash comes. Optional.
- *   _submit  hands over a hash (hex); TALLY_INTERNAL when one is in flight.
- *   _take    waits for it: its signature, or the error signing gave
- *            (TALLY_INVAL: not a hash; TALLY_CRYPTO); TALLY_INTERNAL when none
- *            was submitted.
- *   _stop    waits for a hash in flight, ends the thread (accepts NULL). */
+ *   _queued  hashes pushed and not yet taken.
+ *   _push    queues a hash (hex); *ticket names it. TALLY_INVAL: not 64
+ *            characters; TALLY_INTERNAL: the queue is full.
+ *   _wait    the signature of the oldest queued hash, whose ticket is given:
+ *            its signature, or the error signing gave (TALLY_INVAL: not
+ *            hex; TALLY_CRYPTO); either way the hash leaves the queue.
+ *            TALLY_INTERNAL when ticket is not the oldest queued.
+ *   _drop    empties the queue, waiting for a hash being signed.
+ *   _stop    drops the queue, ends the thread (accepts NULL). */
+#define TALLY_SIGNER_QUEUE 512
 typedef struct tally_signer tally_signer;
 TALLY_MUST_CHECK tally_err tally_signer_start(const char *key_path, bool threaded,
                                               tally_signer **out);
 const char *tally_signer_key_id(const tally_signer *s);
-void tally_signer_expect(tally_signer *s);
-TALLY_MUST_CHECK tally_err tally_signer_submit(tally_signer *s, const char hash_hex[65]);
-TALLY_MUST_CHECK tally_err tally_signer_take(tally_signer *s, char sig_hex[129]);
+size_t tally_signer_queued(const tally_signer *s);
+TALLY_MUST_CHECK tally_err tally_signer_push(tally_signer *s, const char hash_hex[65],
+                                             uint64_t *ticket);
+TALLY_MUST_CHECK tally_err tally_signer_wait(tally_signer *s, uint64_t ticket, char sig_hex[129]);
+void tally_signer_drop(tally_signer *s);
 void tally_signer_stop(tally_signer *s);
 /* Checks a signature with the public key derived from key_path, or with a PEM
  * public key file. Errors: TALLY_TAMPERED (bad signature), TALLY_CRYPTO. */
