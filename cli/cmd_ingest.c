@@ -1,18 +1,32 @@
 /* tally ingest FILE|-: NDJSON usage events into the ledger.
  *
- * Reads in bounded chunks (memory does not grow with the file), puts each
- * line through the ingest pipeline (include/tally/pipeline.h), the same one
- * the Kafka meter and POST /v1/events use, and commits every INGEST_BATCH
- * lines (or 64 MiB of them) in one transaction. A line that is not a good event is quarantined
- * with its reason and the file goes on. A line longer than an event may be
- * is quarantined as too_large with its first bytes kept. Each message's
- * origin is "file:<name>:<line>:<content hash>", so ingesting the same file
- * twice stores its quarantined lines once and counts its events as
- * duplicates. */
+ * Puts each line through the ingest pipeline (include/tally/pipeline.h),
+ * the same one the Kafka meter and POST /v1/events use, and commits every
+ * INGEST_BATCH lines (or 64 MiB of them) in one transaction. A line that is
+ * not a good event is quarantined with its reason and the file goes on. A
+ * line longer than an event may be is quarantined as too_large with its
+ * first bytes kept. Each message's origin is "file:<name>:<line>:<content
+ * hash>", so ingesting the same file twice stores its quarantined lines
+ * once and counts its events as duplicates.
+ *
+ * A regular file is mapped, and its lines are queued where they lie
+ * (tally_pipeline_add_line_ref): the batch holds no copy of them, and once
+ * a batch has committed its lines' pages are dropped, so memory holds the
+ * lines of one batch at most. The mapping covers the size the file had
+ * when it was opened; what was appended since, and a last line that size
+ * cut, are read as a stream. A file that shrinks while it is mapped ends
+ * the process with a message (SIGBUS): what committed stays, the batch in
+ * flight is rolled back. Standard input, a pipe or a file that cannot be
+ * mapped is read as a stream in bounded chunks, copying each line into the
+ * batch. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "tally/buf.h"
@@ -46,6 +60,10 @@ typedef struct ingest_state {
     int64_t line_no;
     char prefix[ORIGIN_NAME]; /* "file:<name>:", cut to fit */
     size_t prefix_len;
+    /* A mapped file (NULL: none): its lines before kept_from are committed
+     * and their pages may go; it is unmapped after the last commit. */
+    char *map;
+    size_t map_len, kept_from;
 } ingest_state;
 
 /* "file:<name>:"; a name too long for it is cut and followed by "~" and
@@ -91,30 +109,55 @@ static void origin_of(const ingest_state *s, const char *line, size_t len, char 
     *p = '\0';
 }
 
-static int commit(ingest_state *s)
+/* The mapped pages before the line at upto hold only committed lines. */
+static void drop_committed(ingest_state *s, size_t upto)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t end = page > 0 ? upto - upto % (size_t)page : 0;
+    if (!s->map || end <= s->kept_from)
+        return;
+    (void)madvise(s->map + s->kept_from, end - s->kept_from, MADV_DONTNEED);
+    s->kept_from = end;
+}
+
+/* Commits the batch; line, when in the mapped file, is the next line's
+ * first byte. */
+static int commit_at(ingest_state *s, const char *line)
 {
     tally_err e = tally_pipeline_commit(s->p, NULL);
     if (e)
         return cli_error(s->ctx, CLI_FAIL, "commit failed at line %lld: %s (%s)",
                          (long long)s->line_no, tally_err_str(e), tally_ledger_errmsg(s->l));
+    if (s->map && line >= s->map && line <= s->map + s->map_len)
+        drop_committed(s, (size_t)(line - s->map));
     return CLI_OK;
 }
 
+static int commit(ingest_state *s)
+{
+    return commit_at(s, NULL);
+}
+
+/* Queues one line, in place when it lies in the mapped file (it stays there
+ * until the commit), else copied. */
 static int one_line(ingest_state *s, const char *line, size_t len)
 {
     s->line_no++;
+    const char *next = line + len + 1;
     if (len && line[len - 1] == '\r')
         len--;
     if (len == 0)
         return CLI_OK;
     char origin[ORIGIN_CAP];
     (void)origin_head(s, origin);
-    tally_err e = tally_pipeline_add_line(s->p, line, len, origin, s->now_s);
+    bool mapped = s->map && line >= s->map && line < s->map + s->map_len;
+    tally_err e = mapped ? tally_pipeline_add_line_ref(s->p, line, len, origin, s->now_s)
+                         : tally_pipeline_add_line(s->p, line, len, origin, s->now_s);
     if (e)
         return cli_error(s->ctx, CLI_FAIL, "line %lld: %s", (long long)s->line_no,
                          tally_err_str(e));
     if (tally_pipeline_full(s->p))
-        return commit(s);
+        return commit_at(s, mapped ? next : NULL);
     return CLI_OK;
 }
 
@@ -216,6 +259,93 @@ static int read_lines(ingest_state *s, FILE *f)
     return rc;
 }
 
+/* ---- A mapped file ---------------------------------------------------- */
+
+static char bus_msg[160];
+static size_t bus_len;
+
+/* The mapped file shrank under us: every commit so far is durable, the
+ * open transaction dies with the process and is rolled back. */
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    (void)!write(STDERR_FILENO, bus_msg, bus_len);
+    _exit(CLI_FAIL);
+}
+
+/* Maps f when it is a regular file that is not empty; false when it is to
+ * be read as a stream. */
+static bool map_file(ingest_state *s, FILE *f)
+{
+    struct stat st;
+    int fd = fileno(f);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (uintmax_t)st.st_size > SIZE_MAX)
+        return false;
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED)
+        return false;
+    (void)madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
+    s->map = p;
+    s->map_len = (size_t)st.st_size;
+    s->kept_from = 0;
+    int n = snprintf(bus_msg, sizeof bus_msg,
+                     "tally: %.80s shrank while it was being ingested; the lines committed "
+                     "so far are stored\n",
+                     s->name);
+    bus_len = n > 0 ? ((size_t)n < sizeof bus_msg ? (size_t)n : sizeof bus_msg - 1) : 0;
+    struct sigaction sa = {.sa_handler = on_sigbus};
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGBUS, &sa, NULL);
+    return true;
+}
+
+/* Queues the mapped file's lines in place. *rest is where the stream
+ * reading takes over: the end of the mapping, or the start of a last line
+ * without its newline when the file has grown since it was mapped. */
+static int map_lines(ingest_state *s, FILE *f, size_t *rest)
+{
+    const char *p = s->map, *end = s->map + s->map_len;
+    int rc = CLI_OK;
+    for (const char *nl; !rc && p < end && (nl = memchr(p, '\n', (size_t)(end - p)));) {
+        rc = one_line(s, p, (size_t)(nl - p));
+        p = nl + 1;
+    }
+    *rest = (size_t)(p - s->map);
+    if (rc || p == end)
+        return rc;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (uintmax_t)st.st_size == s->map_len) {
+        *rest = s->map_len; /* the file's last line, with no newline */
+        return one_line(s, p, (size_t)(end - p));
+    }
+    return CLI_OK;
+}
+
+static void unmap_file(ingest_state *s)
+{
+    if (!s->map)
+        return;
+    (void)munmap(s->map, s->map_len);
+    s->map = NULL;
+    signal(SIGBUS, SIG_DFL);
+}
+
+/* The file's lines: mapped where it can be, then as a stream from where
+ * the mapping ends. */
+static int ingest_lines(ingest_state *s, FILE *f)
+{
+    size_t rest = 0;
+    if (map_file(s, f)) {
+        int rc = map_lines(s, f, &rest);
+        if (rc)
+            return rc;
+        if (fseeko(f, (off_t)rest, SEEK_SET) != 0)
+            return cli_error(s->ctx, CLI_FAIL, "cannot seek in %s: %s", s->name, strerror(errno));
+    }
+    return read_lines(s, f);
+}
+
 int cmd_ingest(cli_ctx *ctx, int argc, char **argv)
 {
     if (cli_wants_help(ctx, argc, argv))
@@ -241,7 +371,7 @@ int cmd_ingest(cli_ctx *ctx, int argc, char **argv)
         rc = cli_error(ctx, CLI_FAIL, "out of memory");
         goto out_ledger;
     }
-    rc = read_lines(&s, f);
+    rc = ingest_lines(&s, f);
     if (!rc && tally_pipeline_pending(s.p))
         rc = commit(&s);
     if (!rc) {
@@ -251,7 +381,8 @@ int cmd_ingest(cli_ctx *ctx, int argc, char **argv)
                (long long)total.accepted, (long long)total.duplicates, (long long)total.conflicts,
                (long long)total.quarantined);
     }
-    tally_pipeline_destroy(s.p);
+    tally_pipeline_destroy(s.p); /* before the lines it may point into go */
+    unmap_file(&s);
 out_ledger:
     tally_ledger_close(s.l);
 out_file:

@@ -320,23 +320,31 @@ static tally_err items_room(tally_batch *b)
     return ledger_grow((void **)&b->items, b->n_items, &b->items_alloc, sizeof *b->items, 256);
 }
 
-/* A new item with its origin and raw bytes copied, or an error. */
+/* A new item with its origin copied and its raw bytes copied or, with
+ * raw_ref, kept as the caller's; or an error. */
 static tally_err push_item(tally_batch *b, const char *raw, size_t len, const char *origin,
-                           batch_item **out)
+                           bool raw_ref, batch_item **out)
 {
+    size_t n = raw ? len : 0;
+    if (raw_ref && !bytes_fit(b, n + strlen(origin) + 1))
+        return TALLY_TOO_LARGE;
     tally_err e = items_room(b);
     if (e != TALLY_OK)
         return e;
     size_t arena_mark = b->arena_len;
     batch_item *it = &b->items[b->n_items];
     e = arena_put(b, origin, strlen(origin), true, &it->origin_off);
-    if (e == TALLY_OK)
-        e = arena_put(b, raw, raw ? len : 0, false, &it->raw_off);
+    if (e == TALLY_OK && !raw_ref)
+        e = arena_put(b, raw, n, false, &it->raw_off);
     if (e != TALLY_OK) {
         b->arena_len = arena_mark;
         return e;
     }
-    it->raw_len = it->raw_size = raw ? len : 0;
+    it->raw_borrowed = raw_ref;
+    it->raw_ref = raw_ref ? (raw ? raw : "") : NULL; /* bound as a blob: never NULL */
+    if (raw_ref)
+        b->ref_bytes += n;
+    it->raw_len = it->raw_size = n;
     it->sha_off = NO_SHA;
     it->borrowed = false;
     it->origin_hash = b->origin_hash;
@@ -383,6 +391,7 @@ static tally_err push_ref(tally_batch *b, const char *raw, size_t len, const cha
         return e;
     batch_item *it = &b->items[b->n_items++];
     it->borrowed = true;
+    it->raw_borrowed = false;
     it->raw_ref = raw ? raw : ""; /* bound as a blob: never NULL */
     it->origin_ref = origin;
     it->raw_len = it->raw_size = n;
@@ -393,10 +402,13 @@ static tally_err push_ref(tally_batch *b, const char *raw, size_t len, const cha
     return TALLY_OK;
 }
 
-/* tally_batch_add_event, copying the event, raw and origin or (borrow)
- * keeping pointers to them. */
+/* What tally_batch_add_event* keep of the caller's. */
+typedef enum { KEEP_NOTHING, KEEP_ALL, KEEP_RAW } keep_mode;
+
+/* tally_batch_add_event, copying the event, raw and origin, or keeping
+ * pointers to all three (KEEP_ALL) or to raw alone (KEEP_RAW). */
 static tally_err add_event(tally_batch *b, const tally_event *ev, const char *raw, size_t len,
-                           const char *origin, bool borrow)
+                           const char *origin, keep_mode keep)
 {
     batch_item *it;
     assert(origin);
@@ -405,15 +417,18 @@ static tally_err add_event(tally_batch *b, const tally_event *ev, const char *ra
     if (!valid_event(ev))
         return TALLY_INVAL;
     size_t arena_mark = b->arena_len;
-    tally_err e = borrow ? push_ref(b, raw, len, origin, &it) : push_item(b, raw, len, origin, &it);
+    tally_err e = keep == KEEP_ALL ? push_ref(b, raw, len, origin, &it)
+                                   : push_item(b, raw, len, origin, keep == KEEP_RAW, &it);
     if (e != TALLY_OK)
         return e;
     it->is_event = true;
-    if (borrow)
+    if (keep == KEEP_ALL)
         it->ev_ref = ev;
     else if ((e = pack_event(b, ev, &it->u.ev)) != TALLY_OK) {
         b->n_items--; /* the item goes, with its copies */
         b->arena_len = arena_mark;
+        if (it->raw_borrowed)
+            b->ref_bytes -= it->raw_len;
         return e;
     }
     if (ev->meter == TALLY_METER_TRAFFIC || ev->meter == TALLY_METER_TOKENS)
@@ -424,13 +439,19 @@ static tally_err add_event(tally_batch *b, const tally_event *ev, const char *ra
 tally_err tally_batch_add_event(tally_batch *b, const tally_event *ev, const char *raw, size_t len,
                                 const char *origin)
 {
-    return add_event(b, ev, raw, len, origin, false);
+    return add_event(b, ev, raw, len, origin, KEEP_NOTHING);
 }
 
 tally_err tally_batch_add_event_ref(tally_batch *b, const tally_event *ev, const char *raw,
                                     size_t len, const char *origin)
 {
-    return add_event(b, ev, raw, len, origin, true);
+    return add_event(b, ev, raw, len, origin, KEEP_ALL);
+}
+
+tally_err tally_batch_add_event_raw_ref(tally_batch *b, const tally_event *ev, const char *raw,
+                                        size_t len, const char *origin)
+{
+    return add_event(b, ev, raw, len, origin, KEEP_RAW);
 }
 
 static tally_err reject_item(tally_batch *b, const tally_reject *rej, const char *raw, size_t len,
@@ -472,8 +493,8 @@ static tally_err reject_item(tally_batch *b, const tally_reject *rej, const char
         if (e != TALLY_OK)
             return e;
     }
-    tally_err e =
-        push_item(b, raw, raw && len > QUARANTINE_RAW_MAX ? QUARANTINE_RAW_MAX : len, origin, &it);
+    tally_err e = push_item(b, raw, raw && len > QUARANTINE_RAW_MAX ? QUARANTINE_RAW_MAX : len,
+                            origin, false, &it);
     if (e != TALLY_OK)
         return e;
     if (whole_sha256) {

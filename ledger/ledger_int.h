@@ -452,8 +452,9 @@ typedef struct batch_event {
 
 typedef struct batch_item {
     bool is_event;
-    bool borrowed;    /* tally_batch_add_event_ref: ev, raw and origin are the caller's */
-    bool origin_hash; /* the origin is a prefix; its raw's hash follows (item_origin_full) */
+    bool borrowed;     /* tally_batch_add_event_ref: ev, raw and origin are the caller's */
+    bool raw_borrowed; /* tally_batch_add_event_raw_ref: raw alone is the caller's */
+    bool origin_hash;  /* the origin is a prefix; its raw's hash follows (item_origin_full) */
     size_t origin_off, raw_off, raw_len; /* in the arena; origin is NUL-terminated */
     size_t raw_size;                     /* the whole message's length (raw_len may be a prefix) */
     size_t sha_off;            /* its SHA-256 as hex in the arena, or NO_SHA: hash raw at commit */
@@ -658,10 +659,11 @@ static inline const char *item_detail(const tally_batch *b, const batch_item *it
     return b->strs + it->u.rej.detail_off;
 }
 /* An item's raw bytes and origin: in the arena, or the caller's
- * (tally_batch_add_event_ref). */
+ * (tally_batch_add_event_ref; the raw bytes alone with
+ * tally_batch_add_event_raw_ref). */
 static inline const char *item_raw(const tally_batch *b, const batch_item *it)
 {
-    return it->borrowed ? it->raw_ref : b->arena + it->raw_off;
+    return it->borrowed || it->raw_borrowed ? it->raw_ref : b->arena + it->raw_off;
 }
 /* The most bytes an origin prefix takes under tally_batch_set_origin_hash,
  * and the whole origin made of one. */

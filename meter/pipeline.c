@@ -17,13 +17,16 @@ bool tally_pipeline_decode(const char *raw, size_t len, int64_t now_s, tally_dec
     return out->is_event;
 }
 
+/* Which of tally_batch_add_event*: what the batch keeps of the caller's. */
+typedef tally_err (*add_fn)(tally_batch *b, const tally_event *ev, const char *raw, size_t len,
+                            const char *origin);
+
 static tally_err queue(tally_batch *b, const tally_decoded *d, const char *raw, size_t len,
-                       const char *origin, bool borrow)
+                       const char *origin, add_fn add)
 {
     if (!d->is_event)
         return tally_batch_add_reject(b, &d->u.rej, raw, len, origin);
-    tally_err e = borrow ? tally_batch_add_event_ref(b, &d->u.ev, raw, len, origin)
-                         : tally_batch_add_event(b, &d->u.ev, raw, len, origin);
+    tally_err e = add(b, &d->u.ev, raw, len, origin);
     /* The decoder only returns events the batch takes (event.h); if that
      * ever broke, the message is still kept, in quarantine. */
     if (e == TALLY_INVAL) {
@@ -37,13 +40,13 @@ static tally_err queue(tally_batch *b, const tally_decoded *d, const char *raw, 
 tally_err tally_pipeline_queue(tally_batch *b, const tally_decoded *d, const char *raw, size_t len,
                                const char *origin)
 {
-    return queue(b, d, raw, len, origin, false);
+    return queue(b, d, raw, len, origin, tally_batch_add_event);
 }
 
 tally_err tally_pipeline_queue_ref(tally_batch *b, const tally_decoded *d, const char *raw,
                                    size_t len, const char *origin)
 {
-    return queue(b, d, raw, len, origin, true);
+    return queue(b, d, raw, len, origin, tally_batch_add_event_ref);
 }
 
 struct tally_pipeline {
@@ -96,6 +99,17 @@ tally_err tally_pipeline_add_line(tally_pipeline *p, const char *raw, size_t len
 {
     tally_batch_set_origin_hash(p->b, true);
     tally_err e = tally_pipeline_add(p, raw, len, origin_prefix, now_s, NULL);
+    tally_batch_set_origin_hash(p->b, false);
+    return e;
+}
+
+tally_err tally_pipeline_add_line_ref(tally_pipeline *p, const char *raw, size_t len,
+                                      const char *origin_prefix, int64_t now_s)
+{
+    tally_decoded d;
+    (void)tally_pipeline_decode(raw, len, now_s, &d);
+    tally_batch_set_origin_hash(p->b, true);
+    tally_err e = queue(p->b, &d, raw, len, origin_prefix, tally_batch_add_event_raw_ref);
     tally_batch_set_origin_hash(p->b, false);
     return e;
 }

@@ -676,6 +676,68 @@ static void test_borrowed_events(void **state)
     tally_ledger_close(l);
 }
 
+/* tally_batch_add_event_raw_ref (tally ingest's mapped file): the event and
+ * origin are copied, the raw bytes stay the caller's until the commit, and
+ * a line the commit quarantines is stored from them, byte for byte. The
+ * event may be changed as soon as it is queued; the origin's buffer too. */
+static void test_raw_borrowed(void **state)
+{
+    (void)state;
+    tally_ledger *l;
+    tally_batch *b = open_batch("batch-rawref", &l);
+    tally_event ev[3] = {
+        accel("w1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 8),
+        accel("w1", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 4), /* a conflict */
+        accel("w2", "i-1", "h200", TALLY_PRICING_ON_DEMAND, T0, 60, 1), /* not on the card */
+    };
+    char raw[3][32], origin[32];
+    size_t bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(raw[i], sizeof raw[i], "{\"line\":%d,\"\xc3\xa9\":0}", i);
+        snprintf(origin, sizeof origin, "file:x:%d:", i + 1);
+        tally_batch_set_origin_hash(b, true);
+        assert_int_equal(tally_batch_add_event_raw_ref(b, &ev[i], raw[i], strlen(raw[i]), origin),
+                         TALLY_OK);
+        tally_batch_set_origin_hash(b, false);
+        bytes += strlen(raw[i]);
+        memset(&ev[i], 0xff, sizeof ev[i]); /* copied: the caller may reuse it at once */
+        memset(origin, 'z', sizeof origin - 1);
+    }
+    /* Counted as if copied, so a batch of large lines still commits in time;
+     * the origins are the batch's own copies. */
+    assert_true(tally_batch_bytes(b) >= bytes + 3 * strlen("file:x:1:"));
+    tally_event_result r[3];
+    (void)commit_ok(b, r);
+    static const tally_event_result want[3] = {TALLY_RESULT_ACCEPTED, TALLY_RESULT_CONFLICT,
+                                               TALLY_RESULT_QUARANTINED};
+    assert_results(r, want, 3);
+    assert_int_equal(tally_batch_bytes(b), 0);
+    for (int i = 1; i < 3; i++)
+        want_origin(l, i == 1 ? "file:x:2:" : "file:x:3:", raw[i], strlen(raw[i]));
+    char out[256];
+    query_str(l, "SELECT CAST(raw AS TEXT) FROM quarantine WHERE origin LIKE 'file:x:2:%'", out);
+    assert_string_equal(out, raw[1]);
+    query_str(l, "SELECT reason || ' ' || CAST(raw AS TEXT) FROM quarantine WHERE event_id = 'w2'",
+              out);
+    char w2[64];
+    snprintf(w2, sizeof w2, "unknown_sku %s", raw[2]);
+    assert_string_equal(out, w2);
+    assert_int_equal(card_seconds(l), 8 * 60);
+
+    /* Too large, or an event the batch refuses: nothing queued, nothing
+     * counted. */
+    tally_event q = accel("w3", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 60, 1);
+    tally_event bad = accel("w4", "i-1", "h100", TALLY_PRICING_ON_DEMAND, T0, 0, 1);
+    assert_int_equal(tally_batch_add_event_raw_ref(b, &q, "", TALLY_EVENT_MAX_BYTES + 1, "x:1"),
+                     TALLY_TOO_LARGE);
+    assert_int_equal(tally_batch_add_event_raw_ref(b, &bad, "{}", 2, "x:2"), TALLY_INVAL);
+    assert_int_equal(tally_batch_count(b), 0);
+    assert_int_equal(tally_batch_bytes(b), 0);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 /* ---- Offsets ------------------------------------------------------------------ */
 
 static void test_offsets_cas(void **state)
@@ -1069,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_offset_mark_and_gap),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_borrowed_events),
+        cmocka_unit_test(test_raw_borrowed),
         cmocka_unit_test(test_offsets_cas),
         cmocka_unit_test(test_coalesce_hour),
         cmocka_unit_test(test_coalesce_two_days),

@@ -169,6 +169,15 @@ TALLY_MUST_CHECK tally_err tally_batch_add_event_ref(tally_batch *b, const tally
                                                      const char *raw, size_t len,
                                                      const char *origin);
 
+/* The same, copying the event and origin and keeping raw[0..len) the
+ * caller's, valid and unchanged until the next tally_batch_commit() has
+ * returned or the batch is destroyed: for a caller whose messages sit in
+ * memory until then anyway (tally ingest's mapped file), so that the batch
+ * holds no second copy of them. Errors: as tally_batch_add_event. */
+TALLY_MUST_CHECK tally_err tally_batch_add_event_raw_ref(tally_batch *b, const tally_event *ev,
+                                                         const char *raw, size_t len,
+                                                         const char *origin);
+
 /* Queues a rejected message for quarantine. A message whose origin is already
  * in quarantine is not stored twice. Errors: TALLY_NOMEM. */
 TALLY_MUST_CHECK tally_err tally_batch_add_reject(tally_batch *b, const tally_reject *rej,

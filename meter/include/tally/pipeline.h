@@ -90,6 +90,14 @@ TALLY_MUST_CHECK tally_err tally_pipeline_add(tally_pipeline *p, const char *raw
  * tally_pipeline_queue. */
 TALLY_MUST_CHECK tally_err tally_pipeline_add_line(tally_pipeline *p, const char *raw, size_t len,
                                                    const char *origin_prefix, int64_t now_s);
+/* tally_pipeline_add_line for a line that stays in the caller's memory,
+ * valid and unchanged, until the next tally_pipeline_commit() has returned
+ * or the pipeline is destroyed: a good event's raw bytes are not copied
+ * (tally_batch_add_event_raw_ref); a reject's are, as ever. Errors: as
+ * tally_pipeline_add_line. */
+TALLY_MUST_CHECK tally_err tally_pipeline_add_line_ref(tally_pipeline *p, const char *raw,
+                                                       size_t len, const char *origin_prefix,
+                                                       int64_t now_s);
 /* Queues a message decoded already (for a path that looks at the event
  * between decoding and queueing). Errors: as tally_pipeline_queue. */
 TALLY_MUST_CHECK tally_err tally_pipeline_add_decoded(tally_pipeline *p, const tally_decoded *d,
