@@ -111,6 +111,7 @@ typedef struct run {
     tally_buf held_docs;
     inv_writer *w;        /* writes the files of committed groups (NULL: here) */
     tally_signer *signer; /* signs finalized documents on a thread of its own */
+    ledger_ckpt *ckpt;    /* checkpoints the WAL while the run writes (finalizing) */
     int64_t now_s;
     char *why;
     size_t cap;
@@ -896,8 +897,11 @@ tally_err tally_invoice_run(tally_ledger *l, const tally_invoice_run_opts *o, ch
         e = TALLY_NOMEM;
     for (size_t i = 0; r.pend && i < GROUP_ACCOUNTS; i++)
         tally_buf_init(&r.pend[i].doc, 0);
+    if (!e && o->finalize && ledger_ckpt_start(l, &r.ckpt) != TALLY_OK)
+        r.ckpt = NULL; /* then the run checkpoints itself, as SQLite does by default */
     if (!e)
         e = run_all(&r);
+    ledger_ckpt_stop(r.ckpt, NULL, NULL);
     inv_writer_stop(r.w);
     pend_reset(&r);
     tally_signer_stop(r.signer);

@@ -113,6 +113,18 @@ tally_err ledger_begin(tally_ledger *l);
 tally_err ledger_commit(tally_ledger *l);
 void ledger_rollback(tally_ledger *l);
 
+/* ---- Checkpoints (checkpointer.c) ----------------------------------------
+ * A thread that checkpoints l's WAL on a connection of its own while l's
+ * writer goes on; the writer checkpoints itself only when the thread falls
+ * far behind. Start and stop on the thread that writes on l, outside a
+ * transaction; stop before l is closed. Does nothing (*out NULL) for an
+ * in-memory ledger. Errors: TALLY_NOMEM, TALLY_IO (the second connection). */
+typedef struct ledger_ckpt ledger_ckpt;
+tally_err ledger_ckpt_start(tally_ledger *l, ledger_ckpt **out);
+/* Stops and frees c (NULL: nothing); *runs and *inline_runs (either may be
+ * NULL) are the checkpoints the thread and the writer ran. */
+void ledger_ckpt_stop(ledger_ckpt *c, int64_t *runs, int64_t *inline_runs);
+
 /* Ensures the account exists (created with the newest card's currency and
  * UTC); if created is not NULL, it is the new account, or has an empty id
  * when the account existed. Errors: TALLY_UNKNOWN_CURRENCY (new account, no
