@@ -194,20 +194,33 @@ static int64_t jint(json_object *o, const char *key)
     return json_object_get_int64(f);
 }
 
-static tally_err view_parse(view *v, const char *doc, size_t len)
+tally_err tally_invoice_parse(const char *doc, size_t len, struct json_object **out)
 {
-    memset(v, 0, sizeof *v);
+    *out = NULL;
     if (len > INT32_MAX)
         return TALLY_TOO_LARGE;
     json_tokener *tok = json_tokener_new();
     if (!tok)
         return TALLY_NOMEM;
-    v->root = json_tokener_parse_ex(tok, doc, (int)len);
-    bool ok = v->root && json_tokener_get_error(tok) == json_tokener_success &&
-              json_object_is_type(v->root, json_type_object);
+    json_object *root = json_tokener_parse_ex(tok, doc, (int)len);
+    bool ok = root && json_tokener_get_error(tok) == json_tokener_success &&
+              json_object_is_type(root, json_type_object);
     json_tokener_free(tok);
-    if (!ok || !(v->lines = jarr(v->root, "lines")) ||
-        !(v->applied = jarr(v->root, "credits_applied")))
+    if (!ok) {
+        json_object_put(root);
+        return TALLY_PARSE;
+    }
+    *out = root;
+    return TALLY_OK;
+}
+
+/* The view of a parsed document (root stays the caller's). */
+static tally_err view_of(view *v, json_object *root)
+{
+    memset(v, 0, sizeof *v);
+    v->root = root;
+    if (!root || !json_object_is_type(root, json_type_object) ||
+        !(v->lines = jarr(v->root, "lines")) || !(v->applied = jarr(v->root, "credits_applied")))
         return TALLY_PARSE;
     json_object *r = v->root, *period = NULL;
     json_object_object_get_ex(r, "period", &period);
@@ -846,12 +859,23 @@ static void page_footer(html_w *w, const view *v)
 tally_err tally_invoice_html(const char *doc, size_t len, const tally_page_source *src,
                              tally_buf *out)
 {
+    json_object *root;
+    tally_err e = tally_invoice_parse(doc, len, &root);
+    if (e == TALLY_OK)
+        e = tally_invoice_html_parsed(root, src, out);
+    json_object_put(root);
+    return e;
+}
+
+tally_err tally_invoice_html_parsed(struct json_object *root, const tally_page_source *src,
+                                    tally_buf *out)
+{
     view v;
-    tally_err e = view_parse(&v, doc, len);
+    tally_err e = view_of(&v, root);
     if (e == TALLY_OK && src)
         e = load_account_name(src, &v);
     if (e != TALLY_OK)
-        goto out_view;
+        return e;
     size_t start = out->len;
     html_w w = {out, TALLY_OK};
     page_head(&w, &v);
@@ -869,8 +893,6 @@ tally_err tally_invoice_html(const char *doc, size_t len, const tally_page_sourc
         if (out->data)
             out->data[start] = '\0';
     }
-out_view:
-    json_object_put(v.root);
     return e;
 }
 

@@ -163,9 +163,9 @@ static void bars(html_w *w, const chart_days *d, int m, html_axis ax, int64_t di
         int h = (int)(q * HTML_AXIS_SCALE * PLOT_H / (ax.top * divisor));
         if (q > 0 && h < MIN_BAR_H)
             h = MIN_BAR_H;
-        char v[64];
-        html_decimal(v, sizeof v, q, divisor, 6);
         if (q > 0) {
+            char v[64];
+            html_decimal(v, sizeof v, q, divisor, 6);
             hw_fmt(w, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">", x,
                    PLOT_Y + PLOT_H - h, bw, h, meter_style[m].color);
             char units[96];

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* O_TMPFILE */
 #include <errno.h>
 #include <fcntl.h>
+#include <json-c/json.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -90,13 +91,16 @@ out_errno:
 enum { OUT_JSON, OUT_CSV, OUT_HTML };
 static const char *const exts[] = {"json", "csv", "html"};
 
-static tally_err render(tally_ledger *l, int kind, const char *doc, size_t len, tally_buf *out)
+/* One file's body; root is the document parsed once for the CSV and the
+ * page. */
+static tally_err render(tally_ledger *l, int kind, const char *doc, size_t len,
+                        struct json_object *root, tally_buf *out)
 {
     if (kind == OUT_JSON)
         return tally_buf_append(out, doc, len);
     if (kind == OUT_CSV)
-        return inv_doc_csv(doc, len, out);
-    return ledger_invoice_html(l, doc, len, out);
+        return inv_doc_csv_parsed(root, out);
+    return ledger_invoice_html_parsed(l, root, out);
 }
 
 tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account, const char *period,
@@ -105,13 +109,16 @@ tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account,
     tally_buf name, body;
     tally_buf_init(&name, 4096);
     tally_buf_init(&body, 0);
-    tally_err e = TALLY_OK;
+    struct json_object *root = NULL;
+    tally_err e = tally_invoice_parse(doc, len, &root);
+    if (e)
+        snprintf(why, cap, "account %s: cannot render its files: %s", account, tally_err_str(e));
     for (int k = OUT_JSON; !e && k <= OUT_HTML; k++) {
         tally_buf_reset(&name);
         tally_buf_reset(&body);
         e = tally_invoice_file_name(&name, dir, account, period, exts[k]);
         if (!e)
-            e = render(l, k, doc, len, &body);
+            e = render(l, k, doc, len, root, &body);
         if (e) {
             snprintf(why, cap, "account %s: cannot render %s: %s", account, exts[k],
                      tally_err_str(e));
@@ -119,6 +126,7 @@ tally_err inv_write_files(tally_ledger *l, const char *dir, const char *account,
         }
         e = write_file(name.data, &body, why, cap);
     }
+    json_object_put(root);
     tally_buf_release(&name);
     tally_buf_release(&body);
     return e;

@@ -437,29 +437,31 @@ static tally_err csv_row(tally_buf *b, json_object *ln, int digits)
 
 tally_err inv_doc_csv(const char *doc, size_t len, tally_buf *out)
 {
-    json_tokener *tok = json_tokener_new();
-    if (!tok)
-        return TALLY_NOMEM;
-    json_object *root = json_tokener_parse_ex(tok, doc, (int)len);
-    json_tokener_free(tok);
+    json_object *root;
+    tally_err e = tally_invoice_parse(doc, len, &root);
+    if (!e)
+        e = inv_doc_csv_parsed(root, out);
+    json_object_put(root);
+    return e;
+}
+
+tally_err inv_doc_csv_parsed(json_object *root, tally_buf *out)
+{
     json_object *lines = NULL, *cur = NULL;
-    tally_err e = TALLY_PARSE;
     if (!root || !json_object_object_get_ex(root, "lines", &lines) ||
         !json_object_is_type(lines, json_type_array) ||
         !json_object_object_get_ex(root, "currency", &cur))
-        goto out_root;
+        return TALLY_PARSE;
     const tally_currency *ccy = tally_currency_find(json_object_get_string(cur));
     if (!ccy)
-        goto out_root;
-    e = TALLY_OK;
+        return TALLY_PARSE;
+    tally_err e = TALLY_OK;
     for (size_t c = 0; c < N_CSV_COLUMNS && !e; c++)
         e = tally_buf_printf(out, "%s%s", c ? "," : "", csv_columns[c]);
     if (!e)
         e = tally_buf_puts(out, "\r\n");
     for (size_t i = 0; i < json_object_array_length(lines) && !e; i++)
         e = csv_row(out, json_object_array_get_idx(lines, i), ccy->minor_digits);
-out_root:
-    json_object_put(root);
     return e;
 }
 

@@ -147,6 +147,8 @@ tally_err ledger_post(tally_ledger *l, const char *kind, const char *ref, const 
  * document/html.c). l may be NULL. Errors: TALLY_PARSE, TALLY_NOMEM,
  * TALLY_TOO_LARGE, TALLY_DB. */
 tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tally_buf *out);
+/* The same for a document tally_invoice_parse gave (root stays the caller's). */
+tally_err ledger_invoice_html_parsed(tally_ledger *l, struct json_object *root, tally_buf *out);
 
 /* ---- outbox.c: announcements written with the change they announce ------- */
 
@@ -1027,6 +1029,8 @@ tally_err inv_doc_seal(tally_buf *out, const char hash_hex[65], const char sig_h
 /* Appends the CSV form of a canonical JSON document (header + one row per
  * line). Errors: TALLY_PARSE, TALLY_NOMEM, TALLY_TOO_LARGE. */
 tally_err inv_doc_csv(const char *doc, size_t len, tally_buf *out);
+/* The same for a document tally_invoice_parse gave (root stays the caller's). */
+tally_err inv_doc_csv_parsed(struct json_object *root, tally_buf *out);
 
 /* Decimal parse of a quantity as stored ("-12345"), into __int128.
  * Errors: TALLY_PARSE, TALLY_OVERFLOW. */

@@ -98,3 +98,9 @@ tally_err ledger_invoice_html(tally_ledger *l, const char *doc, size_t len, tall
     tally_page_source src = {l, account_name, grant_window, usage};
     return tally_invoice_html(doc, len, l ? &src : NULL, out);
 }
+
+tally_err ledger_invoice_html_parsed(tally_ledger *l, struct json_object *root, tally_buf *out)
+{
+    tally_page_source src = {l, account_name, grant_window, usage};
+    return tally_invoice_html_parsed(root, l ? &src : NULL, out);
+}

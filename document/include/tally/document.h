@@ -67,6 +67,18 @@ typedef struct tally_page_source {
 TALLY_MUST_CHECK tally_err tally_invoice_html(const char *doc, size_t len,
                                               const tally_page_source *src, tally_buf *out);
 
+/* A canonical document parsed once, for a caller that renders it more than
+ * one way (`invoice run --out`: CSV and HTML): *out is a json-c object the
+ * caller releases with json_object_put. Errors: TALLY_PARSE (not a JSON
+ * object), TALLY_TOO_LARGE, TALLY_NOMEM. */
+struct json_object;
+TALLY_MUST_CHECK tally_err tally_invoice_parse(const char *doc, size_t len,
+                                               struct json_object **out);
+/* tally_invoice_html of a document tally_invoice_parse gave (root stays
+ * the caller's). */
+TALLY_MUST_CHECK tally_err tally_invoice_html_parsed(struct json_object *root,
+                                                     const tally_page_source *src, tally_buf *out);
+
 /* Appends "[dir/]<account>-<period>.<ext>", the name `invoice run --out`
  * writes, with bytes unsafe in a file name %-escaped. dir may be NULL. */
 TALLY_MUST_CHECK tally_err tally_invoice_file_name(tally_buf *b, const char *dir,
