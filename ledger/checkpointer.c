@@ -10,11 +10,12 @@
  * so copying and syncing overlap the writer's next transaction.
  *
  * The WAL stays bounded: if the thread falls behind and a commit leaves
- * CKPT_INLINE_PAGES or more, the writer checkpoints on its own connection,
- * as without a checkpointer. Stopping puts SQLite's own autocheckpoint
- * back on the writer. Nothing about durability moves: a commit is durable
- * once its WAL frames are synced (synchronous=FULL), and a checkpoint is
- * crash-safe whichever connection runs it (RELIABILITY.md).
+ * CKPT_INLINE_PAGES or more, the writer waits for the thread's checkpoint
+ * to end and checkpoints on its own connection, as without a checkpointer;
+ * the next transaction then starts the WAL from its beginning. Stopping puts SQLite's own
+ * autocheckpoint back on the writer. Nothing about durability moves: a commit is durable once its
+ * WAL frames are synced (synchronous=FULL), and a checkpoint is crash-safe whichever connection
+ * runs it (RELIABILITY.md).
  *
  * TALLY_CHECKPOINT=writer, or a machine with one processor, keeps the
  * checkpoints on the writer (README, "The ledger"). */
@@ -36,8 +37,11 @@ struct ledger_ckpt {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_mutex_t run_mu; /* held by whoever checkpoints: the thread or the writer */
     bool want, stop;
-    int64_t runs, inline_runs; /* checkpoints on the thread, and on the writer */
+    int64_t inline_runs; /* checkpoints the writer ran itself */
+    int64_t pages;       /* WAL pages the thread's checkpoints copied */
+    int last_done;       /* the WAL's pages checkpointed after the thread's last one */
 };
 
 /* Called by SQLite on the writer's connection after each commit, with the
@@ -45,9 +49,11 @@ struct ledger_ckpt {
 static int on_commit(void *arg, sqlite3 *db, const char *name, int pages)
 {
     ledger_ckpt *c = arg;
-    if (pages >= CKPT_INLINE_PAGES) {
+    if (pages >= CKPT_INLINE_PAGES) { /* after the thread's checkpoint, if one runs */
+        pthread_mutex_lock(&c->run_mu);
         c->inline_runs++;
         (void)sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_unlock(&c->run_mu);
     } else if (pages >= CKPT_PAGES) {
         pthread_mutex_lock(&c->mu);
         c->want = true;
@@ -68,12 +74,17 @@ static void *ckpt_main(void *arg)
             break;
         c->want = false;
         pthread_mutex_unlock(&c->mu);
-        /* SQLITE_BUSY (the writer checkpointing inline) or an I/O error
-         * leaves the pages for the next checkpoint; the writer's own
-         * fallback bounds the WAL meanwhile. */
-        (void)sqlite3_wal_checkpoint_v2(c->db, "main", SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        /* An I/O error leaves the pages for the next checkpoint; the
+         * writer's own fallback bounds the WAL meanwhile. */
+        int log = 0, done = 0;
+        pthread_mutex_lock(&c->run_mu);
+        int rc = sqlite3_wal_checkpoint_v2(c->db, "main", SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        pthread_mutex_unlock(&c->run_mu);
         pthread_mutex_lock(&c->mu);
-        c->runs++;
+        if (rc == SQLITE_OK && done > 0) /* done counts from the WAL's last restart */
+            c->pages += done >= c->last_done ? done - c->last_done : done;
+        if (rc == SQLITE_OK)
+            c->last_done = done;
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -97,15 +108,23 @@ tally_err ledger_ckpt_start(tally_ledger *l, ledger_ckpt **out)
         return TALLY_NOMEM;
     c->l = l;
     int rc = sqlite3_open_v2(file, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    /* Its checkpoints sync as the writer's would. A connection learns that
+     * the file is in WAL mode, and opens the WAL, with its first read; until
+     * then a checkpoint on it does nothing. */
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(c->db, "PRAGMA synchronous=FULL; SELECT count(*) FROM sqlite_schema",
+                          NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
         sqlite3_close(c->db);
         free(c);
         return rc == SQLITE_NOMEM ? TALLY_NOMEM : TALLY_IO;
     }
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->run_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     if (pthread_create(&c->thread, NULL, ckpt_main, c) != 0) {
         pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->run_mu);
         pthread_mutex_destroy(&c->mu);
         sqlite3_close(c->db);
         free(c);
@@ -116,7 +135,7 @@ tally_err ledger_ckpt_start(tally_ledger *l, ledger_ckpt **out)
     return TALLY_OK;
 }
 
-void ledger_ckpt_stop(ledger_ckpt *c, int64_t *runs, int64_t *inline_runs)
+void ledger_ckpt_stop(ledger_ckpt *c, int64_t *pages, int64_t *inline_runs)
 {
     if (!c)
         return;
@@ -126,11 +145,12 @@ void ledger_ckpt_stop(ledger_ckpt *c, int64_t *runs, int64_t *inline_runs)
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
-    if (runs)
-        *runs = c->runs;
+    if (pages)
+        *pages = c->pages;
     if (inline_runs)
         *inline_runs = c->inline_runs;
     pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->run_mu);
     pthread_mutex_destroy(&c->mu);
     sqlite3_close(c->db);
     free(c);

@@ -121,9 +121,10 @@ void ledger_rollback(tally_ledger *l);
  * in-memory ledger. Errors: TALLY_NOMEM, TALLY_IO (the second connection). */
 typedef struct ledger_ckpt ledger_ckpt;
 tally_err ledger_ckpt_start(tally_ledger *l, ledger_ckpt **out);
-/* Stops and frees c (NULL: nothing); *runs and *inline_runs (either may be
- * NULL) are the checkpoints the thread and the writer ran. */
-void ledger_ckpt_stop(ledger_ckpt *c, int64_t *runs, int64_t *inline_runs);
+/* Stops and frees c (NULL: nothing); *pages is what the thread's
+ * checkpoints copied, *inline_runs the checkpoints the writer ran itself
+ * (either may be NULL). */
+void ledger_ckpt_stop(ledger_ckpt *c, int64_t *pages, int64_t *inline_runs);
 
 /* Ensures the account exists (created with the newest card's currency and
  * UTC); if created is not NULL, it is the new account, or has an empty id
