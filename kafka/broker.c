@@ -257,8 +257,17 @@ static tally_err ctl_error(tally_broker *b, char **w, char *why, size_t cap)
         snprintf(why, cap, "usage: error API COUNT ERR");
         return TALLY_PARSE;
     }
+    /* One push of all of them: pushed one at a time, 100,000 took the ASan
+     * build about 16 s, and over a minute on a busy machine. */
+    rd_kafka_resp_err_t *errs = malloc((size_t)cnt * sizeof *errs);
+    if (!errs) {
+        snprintf(why, cap, "out of memory");
+        return TALLY_NOMEM;
+    }
     for (long long i = 0; i < cnt; i++)
-        rd_kafka_mock_push_request_errors(b->mc, api, 1, err);
+        errs[i] = err;
+    rd_kafka_mock_push_request_errors_array(b->mc, api, (size_t)cnt, errs);
+    free(errs);
     return TALLY_OK;
 }
 
