@@ -10,13 +10,25 @@
  * (hashed without the time) and its time are those recorded, and a
  * conflict otherwise.
  *
- * Within a commit the batch keeps every window it used (run_slot), its
- * records decoded in the order of n: an id is checked and recorded in
- * memory, and each changed window is coded and written once when the commit
- * ends. A source whose ids count up therefore costs one row write per
- * commit and window of 480 ids, instead of a row per event, and ids that
- * arrive out of order (a host's instances spread over partitions) cost no
- * more than others. The windows stay held after a commit, as
+ * Within a commit the batch keeps every window it used (run_slot): an id
+ * is checked and recorded in memory, and each changed window is written
+ * once when the commit ends. A source whose ids count up therefore costs
+ * one row write per commit and window of 480 ids, instead of a row per
+ * event.
+ *
+ * A held window is its first records coded for good (run_code: their bytes
+ * and the coder's state after them) and the records after those, decoded,
+ * in the order of n. A commit codes what it appended and keeps the last
+ * RC_LOOKAHEAD - 1 records decoded (run_codec_int.h: a header's bytes are
+ * final once that many records follow its first), so a window that grows at
+ * its end costs what it grew by, not its size: with 20,000 hosts, a commit
+ * adds two or three ids to each window, and coding every window whole was a
+ * quarter of ingest's CPU. An id that lands among the records coded for
+ * good (ids out of order, a host's instances spread over partitions), or a
+ * replay of one, decodes the window whole again for the rest of the commit
+ * (slot_reopen), which costs what coding it whole did before.
+ *
+ * The windows stay held after a commit, as
  * written, and the next commit uses them without reading them again, but
  * only if nothing but this batch wrote in between (batch_commit.c,
  * runs_session: the same test as the balance cache's); a rolled-back commit
@@ -79,9 +91,19 @@ struct run_slot {
     uint8_t prefix_len;
     char prefix[TALLY_ID_MAX];
     uint8_t bits[BITS_BYTES];
-    uint32_t cap;       /* records recs has room for */
-    rc_rec *recs;       /* the ids' records in the order of n; let go with the window */
-    struct v1_runs *v1; /* NULL: no run of migration 15 in the window */
+    uint32_t fin;          /* the first records, coded for good into code */
+    uint32_t cap;          /* records recs has room for */
+    rc_rec *recs;          /* the records after those (count - fin), in the order of n */
+    struct run_code *code; /* NULL while fin is 0; let go with the window */
+    struct v1_runs *v1;    /* NULL: no run of migration 15 in the window */
+};
+
+/* A window's first records as written (without the version byte), and the
+ * coder's state after them. */
+struct run_code {
+    rc_state st;
+    uint32_t len, cap;
+    uint8_t bytes[];
 };
 
 bool runs_split(const char *id, size_t len, runs_id *out)
@@ -169,7 +191,7 @@ static bool bits_place(uint8_t *all, int64_t at, const void *bits, int nbits, in
     return true;
 }
 
-/* Room in s for need records (at most RUN_SPAN). */
+/* Room in s->recs for need records (at most RUN_SPAN). */
 static tally_err recs_room(runs_cache *c, struct run_slot *s, uint32_t need)
 {
     if (need <= s->cap)
@@ -190,22 +212,100 @@ static tally_err recs_room(runs_cache *c, struct run_slot *s, uint32_t need)
     return TALLY_OK;
 }
 
-/* Codes s's records into out (room for ENC_MAX bytes); returns its length. */
+/* Room in s->code for more bytes after its len. */
+static tally_err code_room(runs_cache *c, struct run_slot *s, size_t more)
+{
+    uint32_t have = s->code ? s->code->cap : 0, len = s->code ? s->code->len : 0;
+    if (len + more <= have)
+        return TALLY_OK;
+    size_t cap = have ? have : 256;
+    while (cap < len + more)
+        cap *= 2;
+    if (cap > ENC_MAX)
+        cap = ENC_MAX;
+    struct run_code *p = realloc(s->code, sizeof *p + cap);
+    if (!p)
+        return TALLY_NOMEM;
+    if (!s->code) {
+        rc_init(&p->st);
+        p->len = 0;
+        c->bytes += sizeof *p;
+    }
+    c->bytes += cap - have;
+    p->cap = (uint32_t)cap;
+    s->code = p;
+    return TALLY_OK;
+}
+
+/* Codes for good each header that has RC_LOOKAHEAD records from its first,
+ * keeping at least one record open, and gives back the room of records a
+ * commit no longer needs decoded. A header coded looked at no record past
+ * the first it did not take (run_codec.c), so the coded bytes stay those
+ * rc_encode gives while the records from the first open one on are not
+ * changed: an id may be added after it (runs_dedupe). */
+static tally_err slot_settle(runs_cache *c, struct run_slot *s)
+{
+    uint32_t open = s->count - s->fin, done = 0;
+    if (open < RC_LOOKAHEAD)
+        return TALLY_OK;
+    tally_err e = code_room(c, s, (size_t)open * RC_REC_MAX);
+    if (e != TALLY_OK)
+        return e;
+    struct run_code *k = s->code;
+    while (open - done >= RC_LOOKAHEAD) {
+        size_t used, left = open - done;
+        if (left >= RC_LOOKAHEAD + RC_GROUP_MAX) { /* a header takes RC_GROUP_MAX at most */
+            k->len +=
+                (uint32_t)rc_encode_head(&k->st, s->recs + done, left, k->bytes + k->len, &used);
+            done += (uint32_t)used;
+            continue;
+        }
+        rc_state st = k->st;
+        size_t len = rc_encode_head(&st, s->recs + done, left, k->bytes + k->len, &used);
+        if (used == left)
+            break; /* at least one stays open: see runs_dedupe */
+        k->st = st;
+        k->len += (uint32_t)len;
+        done += (uint32_t)used;
+    }
+    memmove(s->recs, s->recs + done, (open - done) * sizeof *s->recs);
+    s->fin += done;
+    if (s->cap > RECS_FIRST) { /* what is left fits RECS_FIRST */
+        rc_rec *p = realloc(s->recs, RECS_FIRST * sizeof *p);
+        if (p) {
+            c->bytes -= (s->cap - RECS_FIRST) * sizeof *p;
+            s->recs = p;
+            s->cap = RECS_FIRST;
+        }
+    }
+    return TALLY_OK;
+}
+
+/* Codes s's window into out (room for ENC_MAX bytes): the bytes coded for
+ * good, then the records after them from the state they left. Returns its
+ * length. */
 static size_t content_code(const struct run_slot *s, uint8_t *out)
 {
     out[0] = RC_VERSION;
-    return 1 + rc_encode(s->recs, s->count, out + 1);
+    size_t len = 1;
+    rc_state st;
+    if (s->code) {
+        memcpy(out + len, s->code->bytes, s->code->len);
+        len += s->code->len;
+        st = s->code->st;
+    } else {
+        rc_init(&st);
+    }
+    return len + rc_encode_from(&st, s->recs, s->count - s->fin, out + len);
 }
 
-/* Whether p (len bytes) is a window's content of exactly count records;
+/* Whether p (len bytes, after the version byte) is exactly count records;
  * they go to out, unless it is NULL. */
-static bool content_decode(const uint8_t *p, size_t len, uint64_t count, rc_rec *out)
+static bool records_decode(const uint8_t *p, size_t len, uint64_t count, rc_rec *out)
 {
-    if (!p || len < 1 || p[0] != RC_VERSION)
-        return false;
     rc_state st;
     rc_init(&st);
-    size_t at = 1;
+    size_t at = 0;
     uint64_t have = 0;
     while (have < count) {
         rc_rec g[RC_GROUP_MAX];
@@ -218,6 +318,34 @@ static bool content_decode(const uint8_t *p, size_t len, uint64_t count, rc_rec 
         at += n;
     }
     return at == len;
+}
+
+/* Whether p (len bytes) is a window's content of exactly count records;
+ * they go to out, unless it is NULL. */
+static bool content_decode(const uint8_t *p, size_t len, uint64_t count, rc_rec *out)
+{
+    return p && len >= 1 && p[0] == RC_VERSION && records_decode(p + 1, len - 1, count, out);
+}
+
+/* Decodes s's records coded for good back in front of the open ones: an id
+ * among them, or next to them, is asked for or added. */
+static tally_err slot_reopen(tally_batch *b, struct run_slot *s)
+{
+    runs_cache *c = &b->runs;
+    tally_err e = recs_room(c, s, s->count);
+    if (e != TALLY_OK)
+        return e;
+    memmove(s->recs + s->fin, s->recs, (s->count - s->fin) * sizeof *s->recs);
+    if (!records_decode(s->code->bytes, s->code->len, s->fin, s->recs)) { /* never */
+        snprintf(b->l->errmsg, sizeof b->l->errmsg,
+                 "dedupe window at %lld: its coded records do not decode", (long long)s->lo);
+        return TALLY_INTERNAL;
+    }
+    c->bytes -= sizeof *s->code + s->code->cap;
+    free(s->code);
+    s->code = NULL;
+    s->fin = 0;
+    return TALLY_OK;
 }
 
 /* Decodes a stored content of s->count records into s->recs. Errors:
@@ -240,6 +368,9 @@ static tally_err slot_write(tally_batch *b, struct run_slot *s)
 {
     if (!s->dirty)
         return TALLY_OK;
+    tally_err e = slot_settle(&b->runs, s);
+    if (e != TALLY_OK)
+        return e;
     sqlite3_stmt *st = b->st[s->stored ? ST_RUN_UPD : ST_RUN_INS];
     bind_key(st, s);
     int at = 0, end = BITS_BYTES; /* the bitmap without its zero bytes at either end */
@@ -260,7 +391,7 @@ static tally_err slot_write(tally_batch *b, struct run_slot *s)
     sqlite3_bind_blob(st, 8, b->runs.code, (int)len, SQLITE_STATIC);
     if (s->stored)
         sqlite3_bind_int64(st, 9, s->row);
-    tally_err e = batch_step(b, st);
+    e = batch_step(b, st);
     if (e == TALLY_OK && sqlite3_changes(b->l->db) != 1) {
         snprintf(b->l->errmsg, sizeof b->l->errmsg, "dedupe window at %lld %s", (long long)s->lo,
                  s->stored ? "vanished" : "already stored");
@@ -390,8 +521,9 @@ static tally_err slot_load(tally_batch *b, struct run_slot *s)
     sqlite3_stmt *st = b->st[ST_RUN_FIND];
     bind_key(st, s);
     tally_err e = TALLY_OK;
+    assert(!s->code); /* a slot past those held holds no memory */
     s->stored = s->dirty = false;
-    s->count = s->top = 0;
+    s->count = s->top = s->fin = 0;
     memset(s->bits, 0, sizeof s->bits);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
@@ -435,15 +567,19 @@ static void slots_let_go(runs_cache *c, size_t from, size_t to)
     for (size_t i = from; i < to; i++) {
         struct run_slot *s = &c->slots[i];
         size_t size = (size_t)s->cap * sizeof *s->recs;
+        if (s->code)
+            size += sizeof *s->code + s->code->cap;
         if (s->v1)
             size += sizeof *s->v1 + (size_t)RUN_SPAN * FP_BYTES;
         assert(size <= c->bytes); /* what recs_room and v1_load counted */
         c->bytes -= size;
         free(s->recs);
+        free(s->code);
         free(s->v1);
         s->recs = NULL;
+        s->code = NULL;
         s->v1 = NULL;
-        s->cap = 0;
+        s->cap = s->fin = 0;
     }
 }
 
@@ -529,17 +665,22 @@ tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, const tally
     }
     rc_rec r = {ev->untimed & RC_HASH_MASK, ev->time_s};
     uint32_t rank = slot >= s->top ? s->count : bits_count(s->bits, slot);
-    if (bit_set(s->bits, slot)) {
-        const rc_rec *stored = &s->recs[rank];
-        *res = stored->hash == r.hash && stored->t == r.t ? TALLY_RESULT_DUPLICATE
-                                                          : TALLY_RESULT_CONFLICT;
-        return TALLY_OK;
-    }
-    e = recs_room(&b->runs, s, s->count + 1);
+    bool present = bit_set(s->bits, slot);
+    if (s->fin && (present ? rank < s->fin : rank <= s->fin)) /* among those coded */
+        e = slot_reopen(b, s);
     if (e != TALLY_OK)
         return e;
-    memmove(&s->recs[rank + 1], &s->recs[rank], (s->count - rank) * sizeof s->recs[0]);
-    s->recs[rank] = r;
+    rc_rec *at = s->recs + (rank - s->fin);
+    if (present) {
+        *res = at->hash == r.hash && at->t == r.t ? TALLY_RESULT_DUPLICATE : TALLY_RESULT_CONFLICT;
+        return TALLY_OK;
+    }
+    e = recs_room(&b->runs, s, s->count - s->fin + 1);
+    if (e != TALLY_OK)
+        return e;
+    at = s->recs + (rank - s->fin);
+    memmove(at + 1, at, (s->count - rank) * sizeof *at);
+    *at = r;
     s->bits[slot / 8] |= (uint8_t)(1u << (slot % 8));
     s->count++;
     if (slot >= s->top)

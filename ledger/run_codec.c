@@ -117,40 +117,49 @@ static size_t encode_short(rc_state *s, const rc_rec *recs, size_t n, look a, ui
     return 3;
 }
 
+size_t rc_encode_head(rc_state *s, const rc_rec *recs, size_t n, uint8_t *out, size_t *used)
+{
+    look a = look_at(s, &recs[0]);
+    if (is_short(&a, 8)) {
+        *used = encode_short(s, recs, n, a, out);
+        return 1;
+    }
+    size_t len = 1, i = 1;
+    out[0] = (uint8_t)(a.fresh ? R_NEW : a.j);
+    if (a.fresh)
+        len += put_hash(out + len, a.hash);
+    apply(s, &a);
+    if (a.fresh && !a.delta) { /* new entries at their predicted times share it */
+        uint8_t g = 0;
+        for (look b; g < 3 && i < n && (b = look_at(s, &recs[i])).fresh && !b.delta; g++, i++) {
+            len += put_hash(out + len, b.hash);
+            apply(s, &b);
+        }
+        out[0] |= (uint8_t)(g << 5);
+    } else if (a.delta) {
+        out[0] |= TIME_FLAG;
+        uint64_t z = a.delta << 1 ^ (uint64_t)((int64_t)a.delta >> 63); /* zigzag */
+        for (; z >= 0x80; z >>= 7)
+            out[len++] = (uint8_t)(z | 0x80);
+        out[len++] = (uint8_t)z;
+    }
+    *used = i;
+    return len;
+}
+
+size_t rc_encode_from(rc_state *s, const rc_rec *recs, size_t n, uint8_t *out)
+{
+    size_t len = 0;
+    for (size_t i = 0, used; i < n; i += used)
+        len += rc_encode_head(s, recs + i, n - i, out + len, &used);
+    return len;
+}
+
 size_t rc_encode(const rc_rec *recs, size_t n, uint8_t *out)
 {
     rc_state s;
     rc_init(&s);
-    size_t len = 0;
-    for (size_t i = 0; i < n;) {
-        look a = look_at(&s, &recs[i]);
-        if (is_short(&a, 8)) {
-            i += encode_short(&s, recs + i, n - i, a, out + len++);
-            continue;
-        }
-        size_t head = len++;
-        out[head] = (uint8_t)(a.fresh ? R_NEW : a.j);
-        if (a.fresh)
-            len += put_hash(out + len, a.hash);
-        apply(&s, &a);
-        i++;
-        if (a.fresh && !a.delta) { /* new entries at their predicted times share it */
-            uint8_t g = 0;
-            for (look b; g < 3 && i < n && (b = look_at(&s, &recs[i])).fresh && !b.delta;
-                 g++, i++) {
-                len += put_hash(out + len, b.hash);
-                apply(&s, &b);
-            }
-            out[head] |= (uint8_t)(g << 5);
-        } else if (a.delta) {
-            out[head] |= TIME_FLAG;
-            uint64_t z = a.delta << 1 ^ (uint64_t)((int64_t)a.delta >> 63); /* zigzag */
-            for (; z >= 0x80; z >>= 7)
-                out[len++] = (uint8_t)(z | 0x80);
-            out[len++] = (uint8_t)z;
-        }
-    }
-    return len;
+    return rc_encode_from(&s, recs, n, out);
 }
 
 /* A record of entry j at delta from its predicted time (false if the list

@@ -43,6 +43,11 @@
 #define RC_HASH_MASK ((UINT64_C(1) << 48) - 1)
 #define RC_REC_MAX   17 /* a record at its largest: header, 6 bytes of hash, 10 of time */
 #define RC_GROUP_MAX 4  /* records one header can give */
+/* The records a header's grouping looks at, from its first: a header coded
+ * with at least this many records from there is the same whatever records
+ * follow, so a window that grows at its end is coded once, as it grows
+ * (dedupe_runs.c), and still gives rc_encode's bytes. */
+#define RC_LOOKAHEAD 4
 
 /* The coder's state after some records: the same for coding and decoding.
  * The list of entries, most recent first, is kept as arrays, so that a
@@ -65,6 +70,13 @@ void rc_init(rc_state *s);
 /* Codes n records into out (room for n * RC_REC_MAX bytes), from a fresh
  * state; returns the bytes written. */
 size_t rc_encode(const rc_rec *recs, size_t n, uint8_t *out);
+/* The same from state s, which it advances. */
+size_t rc_encode_from(rc_state *s, const rc_rec *recs, size_t n, uint8_t *out);
+/* Codes the one header that starts at recs[0] (n records from there, n > 0)
+ * against s, into out (room for RC_GROUP_MAX * RC_REC_MAX bytes); *used
+ * gets the records it took, and it returns the bytes written. rc_encode is
+ * these headers one after another. */
+size_t rc_encode_head(rc_state *s, const rc_rec *recs, size_t n, uint8_t *out, size_t *used);
 /* Decodes the header at p (len bytes left) and its records into out
  * (*n_out of them, at most RC_GROUP_MAX); returns the bytes it took, or 0 if
  * they are not records (cut short, a reserved bit or code, an entry the list
