@@ -49,12 +49,17 @@ echo "broker $bootstrap, $PARTITIONS partitions"
 "$B/bench_produce" --brokers "$bootstrap" --topic usage --events "$EVENTS" ${PRODUCE_ARGS:-} |
   sed 's/^/produce: /'
 
-# 1. The bare consumer.
-/usr/bin/time -v "$B/bench_kafka_baseline" --brokers "$bootstrap" --topic usage \
-  --group bench-base --expect "$EVENTS" >"$work/base.out" 2>"$work/base.time" ||
-  echo "kafka.sh: the baseline did not see all $EVENTS messages (retention? more partitions)" >&2
-base_rate=$(sed 's/.*rate=\([0-9]*\).*/\1/' "$work/base.out")
-echo "baseline: $(cat "$work/base.out") rss_mb=$(peak_rss_mb "$work/base.time") cpu_s=$(cpu_s "$work/base.time")"
+# 1. The bare consumer, once here and once before each round of the meter
+# (step 3): the meter's ratio is taken against the baseline of its own
+# round, and the median of those ratios is the figure.
+base_run() { # group -> sets base_rate, prints the line
+  /usr/bin/time -v "$B/bench_kafka_baseline" --brokers "$bootstrap" --topic usage \
+    --group "$1" --expect "$EVENTS" >"$work/base.out" 2>"$work/base.time" ||
+    echo "kafka.sh: the baseline did not see all $EVENTS messages (retention? more partitions)" >&2
+  base_rate=$(sed 's/.*rate=\([0-9]*\).*/\1/' "$work/base.out")
+  echo "baseline: $(cat "$work/base.out") rss_mb=$(peak_rss_mb "$work/base.time") cpu_s=$(cpu_s "$work/base.time")"
+}
+base_run bench-base
 
 # 2. kcat (plain consumer, no group): time to the first message subtracted.
 t0=$(date +%s%N)
@@ -91,12 +96,17 @@ meter_run() { # name env -> sets rate, prints the line
 }
 meter_rate=0
 nobal_rate=0
+ratios=
 for r in $(seq "${ROUNDS:-2}"); do
+  base_run "bench-base-$r"
   meter_run "meter-$r" "TALLY_BENCH_ROUND=$r"
+  ratios="$ratios $(awk -v m="$rate" -v b="$base_rate" 'BEGIN {printf "%.3f", m / b}')"
   [ "$rate" -gt "$meter_rate" ] && meter_rate=$rate
   meter_run "nobal-$r" "TALLY_NO_BALANCES=1"
   [ "$rate" -gt "$nobal_rate" ] && nobal_rate=$rate
 done
 echo "meter (best of ${ROUNDS:-2}): rate=$meter_rate; without balances: rate=$nobal_rate"
-awk -v m="$meter_rate" -v b="$base_rate" 'BEGIN {printf "ratio meter/baseline: %.2f\n", m / b}'
+echo "ratio meter/baseline, each round against its own baseline:$ratios"
+echo "$ratios" | tr ' ' '\n' | sed '/^$/d' | sort -n |
+  awk '{v[NR] = $1} END {printf "ratio meter/baseline, median: %.2f\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 awk -v m="$meter_rate" -v n="$nobal_rate" 'BEGIN {printf "ratio with/without balances: %.2f\n", m / n}'
