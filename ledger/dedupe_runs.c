@@ -66,8 +66,17 @@ _Static_assert(ENC_MAX == sizeof((runs_cache *)0)->code, "runs_cache.code holds 
  * held ones (c->n) holds no memory: the windows a commit lets go free
  * theirs. */
 #define SLOTS_FIRST 256
-#define SLOTS_MAX   65536
-#define BYTES_MAX   ((size_t)64 << 20)
+/* A window keeps open (decoded, not yet coded for good) the records added
+ * since its last AGE_FIRST writes, up to AGE_MAX when its ids come late,
+ * and all of them (AGE_OPEN) when they come later than that (slot_reopen).
+ * Coding a record costs a few nanoseconds: what matters is that an id which
+ * comes late finds its place open, for decoding a window again costs more
+ * than coding it whole at each write. */
+#define AGE_FIRST 1
+#define AGE_MAX   8
+#define AGE_OPEN  (AGE_MAX + 1)
+#define SLOTS_MAX 65536
+#define BYTES_MAX ((size_t)64 << 20)
 
 /* The runs of migration 15 that a window covers, merged: their bitmap and
  * fingerprints (6 bytes each, in the order of n). */
@@ -91,11 +100,14 @@ struct run_slot {
     uint8_t prefix_len;
     char prefix[TALLY_ID_MAX];
     uint8_t bits[BITS_BYTES];
-    uint32_t fin;          /* the first records, coded for good into code */
-    uint32_t cap;          /* records recs has room for */
-    rc_rec *recs;          /* the records after those (count - fin), in the order of n */
-    struct run_code *code; /* NULL while fin is 0; let go with the window */
-    struct v1_runs *v1;    /* NULL: no run of migration 15 in the window */
+    uint32_t fin;              /* the first records, coded for good into code */
+    uint32_t flushes;          /* times it was written while held */
+    uint32_t flushed[AGE_MAX]; /* its count after each of the last AGE_MAX of those */
+    uint8_t age;               /* the records of the last age writes stay open */
+    uint32_t cap;              /* records recs has room for */
+    rc_rec *recs;              /* the records after those (count - fin), in the order of n */
+    struct run_code *code;     /* NULL until records are coded; let go with the window */
+    struct v1_runs *v1;        /* NULL: no run of migration 15 in the window */
 };
 
 /* A window's first records as written (without the version byte), and the
@@ -237,16 +249,27 @@ static tally_err code_room(runs_cache *c, struct run_slot *s, size_t more)
     return TALLY_OK;
 }
 
+/* The window's count when it was written age writes ago (0 before that,
+ * and for AGE_OPEN). */
+static uint32_t count_before(const struct run_slot *s, uint32_t age)
+{
+    return s->flushes >= age && age <= AGE_MAX ? s->flushed[(s->flushes - age) % AGE_MAX] : 0;
+}
+
 /* Codes for good each header that has RC_LOOKAHEAD records from its first,
- * keeping at least one record open, and gives back the room of records a
- * commit no longer needs decoded. A header coded looked at no record past
+ * keeping open the records added since the window's last s->age writes (one
+ * at least), and gives back the room of records a commit no longer needs
+ * decoded; then counts this write. A header coded looked at no record past
  * the first it did not take (run_codec.c), so the coded bytes stay those
  * rc_encode gives while the records from the first open one on are not
  * changed: an id may be added after it (runs_dedupe). */
 static tally_err slot_settle(runs_cache *c, struct run_slot *s)
 {
-    uint32_t open = s->count - s->fin, done = 0;
-    if (open < RC_LOOKAHEAD)
+    uint32_t open = s->count - s->fin, done = 0, keep = s->count - count_before(s, s->age);
+    s->flushed[s->flushes++ % AGE_MAX] = s->count;
+    if (keep < 1)
+        keep = 1;
+    if (open < RC_LOOKAHEAD || open <= keep)
         return TALLY_OK;
     tally_err e = code_room(c, s, (size_t)open * RC_REC_MAX);
     if (e != TALLY_OK)
@@ -254,7 +277,7 @@ static tally_err slot_settle(runs_cache *c, struct run_slot *s)
     struct run_code *k = s->code;
     while (open - done >= RC_LOOKAHEAD) {
         size_t used, left = open - done;
-        if (left >= RC_LOOKAHEAD + RC_GROUP_MAX) { /* a header takes RC_GROUP_MAX at most */
+        if (left >= keep + RC_GROUP_MAX) { /* a header takes RC_GROUP_MAX at most */
             k->len +=
                 (uint32_t)rc_encode_head(&k->st, s->recs + done, left, k->bytes + k->len, &used);
             done += (uint32_t)used;
@@ -262,20 +285,24 @@ static tally_err slot_settle(runs_cache *c, struct run_slot *s)
         }
         rc_state st = k->st;
         size_t len = rc_encode_head(&st, s->recs + done, left, k->bytes + k->len, &used);
-        if (used == left)
-            break; /* at least one stays open: see runs_dedupe */
+        if (left - used < keep)
+            break; /* they stay open, one at least: see runs_dedupe */
         k->st = st;
         k->len += (uint32_t)len;
         done += (uint32_t)used;
     }
-    memmove(s->recs, s->recs + done, (open - done) * sizeof *s->recs);
+    open -= done;
+    memmove(s->recs, s->recs + done, open * sizeof *s->recs);
     s->fin += done;
-    if (s->cap > RECS_FIRST) { /* what is left fits RECS_FIRST */
-        rc_rec *p = realloc(s->recs, RECS_FIRST * sizeof *p);
+    uint32_t room = RECS_FIRST; /* twice what stays open, as a power of two */
+    while (room < 2 * open)
+        room *= 2;
+    if (s->cap > 2 * room) {
+        rc_rec *p = realloc(s->recs, room * sizeof *p);
         if (p) {
-            c->bytes -= (s->cap - RECS_FIRST) * sizeof *p;
+            c->bytes -= (s->cap - room) * sizeof *p;
             s->recs = p;
-            s->cap = RECS_FIRST;
+            s->cap = room;
         }
     }
     return TALLY_OK;
@@ -328,8 +355,14 @@ static bool content_decode(const uint8_t *p, size_t len, uint64_t count, rc_rec 
 }
 
 /* Decodes s's records coded for good back in front of the open ones: an id
- * among them, or next to them, is asked for or added. */
-static tally_err slot_reopen(tally_batch *b, struct run_slot *s)
+ * among them, or next to them, is asked for or added (at rank, the record's
+ * index in the window). An id added there arrived late: ids of a host
+ * whose instances are spread over partitions come as each partition is
+ * read, some way behind the others. The window then keeps open the
+ * records of as many of its last writes as would have held it, or all of
+ * them past AGE_MAX, and so does every window the batch opens after it:
+ * ids as late as that then cost no more than others. */
+static tally_err slot_reopen(tally_batch *b, struct run_slot *s, uint32_t rank, bool adding)
 {
     runs_cache *c = &b->runs;
     tally_err e = recs_room(c, s, s->count);
@@ -341,9 +374,16 @@ static tally_err slot_reopen(tally_batch *b, struct run_slot *s)
                  "dedupe window at %lld: its coded records do not decode", (long long)s->lo);
         return TALLY_INTERNAL;
     }
-    c->bytes -= sizeof *s->code + s->code->cap;
-    free(s->code);
-    s->code = NULL;
+    uint32_t late = s->count + 1 - rank, age = s->age + 1; /* behind the end, itself counted */
+    while (adding && age <= AGE_MAX && s->count - count_before(s, age) < late)
+        age++; /* past AGE_MAX: AGE_OPEN */
+    c->reopens += adding;
+    if (adding && age > s->age)
+        s->age = (uint8_t)(age < AGE_OPEN ? age : AGE_OPEN);
+    if (s->age > c->age_seed)
+        c->age_seed = s->age;
+    s->code->len = 0; /* its room is kept for the next settle */
+    rc_init(&s->code->st);
     s->fin = 0;
     return TALLY_OK;
 }
@@ -523,7 +563,7 @@ static tally_err slot_load(tally_batch *b, struct run_slot *s)
     tally_err e = TALLY_OK;
     assert(!s->code); /* a slot past those held holds no memory */
     s->stored = s->dirty = false;
-    s->count = s->top = s->fin = 0;
+    s->count = s->top = s->fin = s->flushes = 0;
     memset(s->bits, 0, sizeof s->bits);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
@@ -579,7 +619,7 @@ static void slots_let_go(runs_cache *c, size_t from, size_t to)
         s->recs = NULL;
         s->code = NULL;
         s->v1 = NULL;
-        s->cap = s->fin = 0;
+        s->cap = s->fin = s->flushes = 0;
     }
 }
 
@@ -588,6 +628,19 @@ static void slots_release(runs_cache *c)
 {
     slots_let_go(c, 0, c->cap);
     c->bytes = 0;
+}
+
+/* The held slot of (src, k's prefix and width, lo), or -1; *hash gets its
+ * hash in the index. */
+static int64_t slot_find(const runs_cache *c, int64_t src, const runs_id *k, int64_t lo,
+                         uint64_t *hash)
+{
+    uint64_t h[2];
+    tally_hash128(k->prefix, k->prefix_len,
+                  (uint64_t)src ^ (uint64_t)lo * 0x9E3779B97F4A7C15ULL ^ (uint64_t)k->width, h);
+    *hash = h[0];
+    slot_probe p = {c, src, lo, k};
+    return c->n ? idx_table_find(&c->index, h[0], slot_eq, &p) : -1;
 }
 
 /* The slot of (src, k)'s window, read when this commit has not used it yet. */
@@ -602,11 +655,8 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
             return e;
     }
     int64_t lo = k->n - k->n % RUN_SPAN;
-    uint64_t h[2];
-    tally_hash128(k->prefix, k->prefix_len,
-                  (uint64_t)src ^ (uint64_t)lo * 0x9E3779B97F4A7C15ULL ^ (uint64_t)k->width, h);
-    slot_probe p = {c, src, lo, k};
-    int64_t i = c->n ? idx_table_find(&c->index, h[0], slot_eq, &p) : -1;
+    uint64_t h;
+    int64_t i = slot_find(c, src, k, lo, &h);
     if (i >= 0) {
         *out = &c->slots[i];
         (*out)->used_in = c->commit_no;
@@ -621,7 +671,7 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
     if (e != TALLY_OK)
         return e;
     struct run_slot *s = &c->slots[c->n];
-    s->hash = h[0];
+    s->hash = h;
     s->used_in = c->commit_no;
     s->src = src;
     s->lo = lo;
@@ -631,7 +681,8 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
     e = slot_load(b, s);
     if (e != TALLY_OK)
         return e;
-    idx_table_insert(&c->index, h[0], (uint32_t)c->n++);
+    s->age = c->age_seed > AGE_FIRST ? c->age_seed : AGE_FIRST;
+    idx_table_insert(&c->index, h, (uint32_t)c->n++);
     *out = s;
     return TALLY_OK;
 }
@@ -667,7 +718,7 @@ tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, const tally
     uint32_t rank = slot >= s->top ? s->count : bits_count(s->bits, slot);
     bool present = bit_set(s->bits, slot);
     if (s->fin && (present ? rank < s->fin : rank <= s->fin)) /* among those coded */
-        e = slot_reopen(b, s);
+        e = slot_reopen(b, s, rank, !present);
     if (e != TALLY_OK)
         return e;
     rc_rec *at = s->recs + (rank - s->fin);

@@ -554,6 +554,8 @@ typedef struct runs_cache {
     size_t n, cap;
     size_t bytes;       /* records and legacy runs the slots hold, in all */
     uint64_t commit_no; /* counts the commits that used them */
+    uint8_t age_seed;   /* the age a new window starts with (dedupe_runs.c) */
+    uint64_t reopens;   /* windows decoded again to add a late id (slot_reopen) */
     idx_table index;
     uint8_t code[1 + 480 * 17]; /* one window's content as written (ENC_MAX) */
 } runs_cache;

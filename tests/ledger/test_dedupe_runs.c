@@ -709,6 +709,55 @@ static void test_held_memory_follows_windows(void **state)
     tally_ledger_close(l);
 }
 
+/* Ids of one source read from two partitions, one three commits behind
+ * the other: each commit holds the odd ids of one block of 40 and the even
+ * ids of the block three before. (One or two commits behind, the records a
+ * window keeps open at first hold them.) After the first late id the
+ * window keeps more writes' records open, and the next windows start so:
+ * only the first window is decoded again. The rows are those of the ids
+ * given in order. */
+static void test_late_partition(void **state)
+{
+    (void)state;
+    enum { BLOCK = 40, BLOCKS = 60, LATE = 3 };
+    tally_buf rows[2];
+    uint64_t reopens = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        tally_ledger *l = open_ledger(pass ? "runs-late-part" : "runs-late-part-ref");
+        tally_batch *b = new_batch(l);
+        for (int blk = 0; blk < BLOCKS + LATE; blk++) {
+            for (int i = 0; i < BLOCK; i++) {
+                int k = pass && i % 2 == 0 ? (blk - LATE) * BLOCK + i : blk * BLOCK + i;
+                if (k < 0 || k >= BLOCKS * BLOCK)
+                    continue;
+                char id[32];
+                snprintf(id, sizeof id, "p-%08d", k);
+                tally_event ev = event("//hosts/a", id, 0);
+                ev.time_s = T0 + 10 * k;
+                tally_event_identify(&ev);
+                add(b, &ev);
+            }
+            commit_ok(b, NULL);
+        }
+        if (pass)
+            reopens = b->runs.reopens;
+        tally_buf_init(&rows[pass], 0);
+        assert_int_equal(tally_ledger_query(l,
+                                            "SELECT lo || ' ' || n || ' ' || hex(content) FROM "
+                                            "dedupe_windows ORDER BY lo",
+                                            NULL, 0, rows_cb, &rows[pass]),
+                         TALLY_OK);
+        assert_int_equal(keys(l), BLOCKS * BLOCK);
+        tally_batch_destroy(b);
+        tally_ledger_close(l);
+    }
+    assert_string_equal(rows[0].data, rows[1].data);
+    assert_true(reopens >= 1);
+    assert_true(reopens <= 2);
+    tally_buf_release(&rows[0]);
+    tally_buf_release(&rows[1]);
+}
+
 /* A commit that fails after its runs were written leaves none of them, and
  * the same events are new to the next commit. */
 static void test_rollback(void **state)
@@ -1004,6 +1053,7 @@ int main(void)
         cmocka_unit_test(test_out_of_order),
         cmocka_unit_test(test_windows_canonical),
         cmocka_unit_test(test_late_id_next_to_coded),
+        cmocka_unit_test(test_late_partition),
         cmocka_unit_test(test_sparse_window),
         cmocka_unit_test(test_view_ids),
         cmocka_unit_test(test_rollback),
