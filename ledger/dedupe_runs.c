@@ -230,7 +230,7 @@ static tally_err code_room(runs_cache *c, struct run_slot *s, size_t more)
     uint32_t have = s->code ? s->code->cap : 0, len = s->code ? s->code->len : 0;
     if (len + more <= have)
         return TALLY_OK;
-    size_t cap = have ? have : 256;
+    size_t cap = have ? have : 64;
     while (cap < len + more)
         cap *= 2;
     if (cap > ENC_MAX)
@@ -271,25 +271,34 @@ static tally_err slot_settle(runs_cache *c, struct run_slot *s)
         keep = 1;
     if (open < RC_LOOKAHEAD || open <= keep)
         return TALLY_OK;
-    tally_err e = code_room(c, s, (size_t)open * RC_REC_MAX);
-    if (e != TALLY_OK)
-        return e;
-    struct run_code *k = s->code;
+    rc_state st; /* coded into the scratch, then kept at its size */
+    if (s->code)
+        st = s->code->st;
+    else
+        rc_init(&st);
+    size_t len = 0;
     while (open - done >= RC_LOOKAHEAD) {
         size_t used, left = open - done;
         if (left >= keep + RC_GROUP_MAX) { /* a header takes RC_GROUP_MAX at most */
-            k->len +=
-                (uint32_t)rc_encode_head(&k->st, s->recs + done, left, k->bytes + k->len, &used);
+            len += rc_encode_head(&st, s->recs + done, left, c->code + len, &used);
             done += (uint32_t)used;
             continue;
         }
-        rc_state st = k->st;
-        size_t len = rc_encode_head(&st, s->recs + done, left, k->bytes + k->len, &used);
+        rc_state t = st;
+        size_t n = rc_encode_head(&t, s->recs + done, left, c->code + len, &used);
         if (left - used < keep)
             break; /* they stay open, one at least: see runs_dedupe */
-        k->st = st;
-        k->len += (uint32_t)len;
+        st = t;
+        len += n;
         done += (uint32_t)used;
+    }
+    if (done) {
+        tally_err e = code_room(c, s, len);
+        if (e != TALLY_OK)
+            return e;
+        memcpy(s->code->bytes + s->code->len, c->code, len);
+        s->code->len += (uint32_t)len;
+        s->code->st = st;
     }
     open -= done;
     memmove(s->recs, s->recs + done, open * sizeof *s->recs);
