@@ -99,6 +99,30 @@ static int64_t keys(tally_ledger *l)
     return tu_query_int(l, "SELECT count(*) FROM dedupe_keys", NULL);
 }
 
+/* Every window's row, a line each in the order of lo, into out (which it
+ * initialises). */
+static void window_rows(tally_ledger *l, tally_buf *out)
+{
+    tally_buf_init(out, 0);
+    assert_int_equal(tally_ledger_query(l,
+                                        "SELECT lo || ' ' || n || ' ' || hex(bits) || ' ' || "
+                                        "hex(content) FROM dedupe_windows ORDER BY lo",
+                                        NULL, 0, rows_cb, out),
+                     TALLY_OK);
+}
+
+/* The report of //hosts/a whose id is prefix and counter k in width
+ * digits, every 10 s. */
+static void add_report(tally_batch *b, const char *prefix, int width, int k)
+{
+    char id[32];
+    snprintf(id, sizeof id, "%s%0*d", prefix, width, k);
+    tally_event ev = event("//hosts/a", id, 0);
+    ev.time_s = T0 + 10 * k;
+    tally_event_identify(&ev);
+    add(b, &ev);
+}
+
 /* Every window counts its ids, and the view lists them all. */
 static void assert_runs_sound(tally_ledger *l)
 {
@@ -398,12 +422,7 @@ static void test_windows_canonical(void **state)
                 commit_ok(b, NULL);
         }
         commit_ok(b, NULL);
-        tally_buf_init(&rows[pass], 0);
-        assert_int_equal(tally_ledger_query(l,
-                                            "SELECT lo || ' ' || n || ' ' || hex(bits) || ' ' || "
-                                            "hex(content) FROM dedupe_windows ORDER BY lo",
-                                            NULL, 0, rows_cb, &rows[pass]),
-                         TALLY_OK);
+        window_rows(l, &rows[pass]);
         assert_int_equal(keys(l), N);
         tally_batch_destroy(b);
         tally_ledger_close(l);
@@ -430,22 +449,12 @@ static void test_late_id_next_to_coded(void **state)
         tally_ledger *l = open_ledger(pass ? "runs-late-next" : "runs-late-next-ref");
         tally_batch *b = new_batch(l);
         for (int i = 0; i < N; i++) {
-            int k = pass ? late[i] : i;
-            char id[32];
-            snprintf(id, sizeof id, "r-%06d", k);
-            tally_event ev = event("//hosts/a", id, 0);
-            ev.time_s = T0 + 10 * k;
-            tally_event_identify(&ev);
-            add(b, &ev);
+            add_report(b, "r-", 6, pass ? late[i] : i);
             if (pass)
                 commit_ok(b, NULL);
         }
         commit_ok(b, NULL);
-        tally_buf_init(&row[pass], 0);
-        assert_int_equal(tally_ledger_query(l,
-                                            "SELECT n || ' ' || hex(content) FROM dedupe_windows",
-                                            NULL, 0, rows_cb, &row[pass]),
-                         TALLY_OK);
+        window_rows(l, &row[pass]);
         tally_batch_destroy(b);
         tally_ledger_close(l);
     }
@@ -728,25 +737,14 @@ static void test_late_partition(void **state)
         for (int blk = 0; blk < BLOCKS + LATE; blk++) {
             for (int i = 0; i < BLOCK; i++) {
                 int k = pass && i % 2 == 0 ? (blk - LATE) * BLOCK + i : blk * BLOCK + i;
-                if (k < 0 || k >= BLOCKS * BLOCK)
-                    continue;
-                char id[32];
-                snprintf(id, sizeof id, "p-%08d", k);
-                tally_event ev = event("//hosts/a", id, 0);
-                ev.time_s = T0 + 10 * k;
-                tally_event_identify(&ev);
-                add(b, &ev);
+                if (k >= 0 && k < BLOCKS * BLOCK)
+                    add_report(b, "p-", 8, k);
             }
             commit_ok(b, NULL);
         }
         if (pass)
             reopens = b->runs.reopens;
-        tally_buf_init(&rows[pass], 0);
-        assert_int_equal(tally_ledger_query(l,
-                                            "SELECT lo || ' ' || n || ' ' || hex(content) FROM "
-                                            "dedupe_windows ORDER BY lo",
-                                            NULL, 0, rows_cb, &rows[pass]),
-                         TALLY_OK);
+        window_rows(l, &rows[pass]);
         assert_int_equal(keys(l), BLOCKS * BLOCK);
         tally_batch_destroy(b);
         tally_ledger_close(l);
