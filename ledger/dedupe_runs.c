@@ -18,15 +18,15 @@
  *
  * A held window is its first records coded for good (run_code: their bytes
  * and the coder's state after them) and the records after those, decoded,
- * in the order of n. A commit codes what it appended and keeps the last
- * RC_LOOKAHEAD - 1 records decoded (run_codec_int.h: a header's bytes are
- * final once that many records follow its first), so a window that grows at
- * its end costs what it grew by, not its size: with 20,000 hosts, a commit
- * adds two or three ids to each window, and coding every window whole was a
- * quarter of ingest's CPU. An id that lands among the records coded for
- * good (ids out of order, a host's instances spread over partitions), or a
- * replay of one, decodes the window whole again for the rest of the commit
- * (slot_reopen), which costs what coding it whole did before.
+ * in the order of n. A write codes for good what its window's last writes
+ * no longer keep open (slot_settle; run_codec_int.h: a header's bytes are
+ * final once RC_LOOKAHEAD records follow its first), so a window that grows
+ * at its end costs what it grew by, not its size: with 20,000 hosts, a
+ * commit adds two or three ids to each window, and coding every window
+ * whole was 44 % of ingest's samples. An id that lands among the records
+ * coded for good (ids later than the window keeps open), or a replay of
+ * one, decodes the window whole again (slot_reopen), which costs what
+ * coding it whole did before; the window then keeps more open.
  *
  * The windows stay held after a commit, as
  * written, and the next commit uses them without reading them again, but
