@@ -20,7 +20,7 @@
  * and the coder's state after them) and the records after those, decoded,
  * in the order of n. A write codes for good what its window's last writes
  * no longer keep open (slot_settle; run_codec_int.h: a header's bytes are
- * final once RC_LOOKAHEAD records follow its first), so a window that grows
+ * final once a record it did not take follows it), so a window that grows
  * at its end costs what it grew by, not its size: with 20,000 hosts, a
  * commit adds two or three ids to each window, and coding every window
  * whole was 44 % of ingest's samples. An id that lands among the records
@@ -75,6 +75,9 @@ _Static_assert(ENC_MAX == sizeof((runs_cache *)0)->code, "runs_cache.code holds 
 #define AGE_FIRST 1
 #define AGE_MAX   8
 #define AGE_OPEN  (AGE_MAX + 1)
+/* A window codes nothing until this many records are open: a few records
+ * decoded take less memory than a coder's state (about 350 bytes). */
+#define OPEN_MIN  4
 #define SLOTS_MAX 65536
 #define BYTES_MAX ((size_t)64 << 20)
 
@@ -256,20 +259,20 @@ static uint32_t count_before(const struct run_slot *s, uint32_t age)
     return s->flushes >= age && age <= AGE_MAX ? s->flushed[(s->flushes - age) % AGE_MAX] : 0;
 }
 
-/* Codes for good each header that has RC_LOOKAHEAD records from its first,
- * keeping open the records added since the window's last s->age writes (one
- * at least), and gives back the room of records a commit no longer needs
- * decoded; then counts this write. A header coded looked at no record past
- * the first it did not take (run_codec.c), so the coded bytes stay those
- * rc_encode gives while the records from the first open one on are not
- * changed: an id may be added after it (runs_dedupe). */
+/* Codes for good the headers before the records added since the window's
+ * last s->age writes (one record at least stays open), and gives back the
+ * room of records a commit no longer needs decoded; then counts this write.
+ * A header coded took fewer records than were open and looked at no record
+ * past the first it did not take (run_codec_int.h), so the coded bytes stay
+ * those rc_encode gives while the records from the first open one on are
+ * not changed: an id may be added after it (runs_dedupe). */
 static tally_err slot_settle(runs_cache *c, struct run_slot *s)
 {
     uint32_t open = s->count - s->fin, done = 0, keep = s->count - count_before(s, s->age);
     s->flushed[s->flushes++ % AGE_MAX] = s->count;
     if (keep < 1)
         keep = 1;
-    if (open < RC_LOOKAHEAD || open <= keep)
+    if (open <= keep || open < OPEN_MIN)
         return TALLY_OK;
     rc_state st; /* coded into the scratch, then kept at its size */
     if (s->code)
@@ -277,7 +280,7 @@ static tally_err slot_settle(runs_cache *c, struct run_slot *s)
     else
         rc_init(&st);
     size_t len = 0;
-    while (open - done >= RC_LOOKAHEAD) {
+    while (open - done > keep) {
         size_t used, left = open - done;
         if (left >= keep + RC_GROUP_MAX) { /* a header takes RC_GROUP_MAX at most */
             len += rc_encode_head(&st, s->recs + done, left, c->code + len, &used);

@@ -43,11 +43,6 @@
 #define RC_HASH_MASK ((UINT64_C(1) << 48) - 1)
 #define RC_REC_MAX   17 /* a record at its largest: header, 6 bytes of hash, 10 of time */
 #define RC_GROUP_MAX 4  /* records one header can give */
-/* The records a header's grouping looks at, from its first: a header coded
- * with at least this many records from there is the same whatever records
- * follow, so a window that grows at its end is coded once, as it grows
- * (dedupe_runs.c), and still gives rc_encode's bytes. */
-#define RC_LOOKAHEAD 4
 
 /* The coder's state after some records: the same for coding and decoding.
  * The list of entries, most recent first, is kept as arrays, so that a
@@ -75,7 +70,10 @@ size_t rc_encode_from(rc_state *s, const rc_rec *recs, size_t n, uint8_t *out);
 /* Codes the one header that starts at recs[0] (n records from there, n > 0)
  * against s, into out (room for RC_GROUP_MAX * RC_REC_MAX bytes); *used
  * gets the records it took, and it returns the bytes written. rc_encode is
- * these headers one after another. */
+ * these headers one after another. A header looks at no record past the
+ * first it does not take, so one that took fewer than n is the same
+ * whatever records follow: a window that grows at its end is coded once,
+ * as it grows (dedupe_runs.c), and still gives rc_encode's bytes. */
 size_t rc_encode_head(rc_state *s, const rc_rec *recs, size_t n, uint8_t *out, size_t *used);
 /* Decodes the header at p (len bytes left) and its records into out
  * (*n_out of them, at most RC_GROUP_MAX); returns the bytes it took, or 0 if

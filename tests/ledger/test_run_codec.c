@@ -94,6 +94,51 @@ static void test_round_trip(void **state)
     }
 }
 
+/* A window that grows at its end is coded as it grows: after each chunk of
+ * new records, every header that takes fewer records than are there is
+ * coded for good, and the rest is coded from the state they left. The
+ * bytes are rc_encode's of all the records: a header looks at no record
+ * past the first it does not take. */
+static void test_grows_at_end(void **state)
+{
+    (void)state;
+    enum { N = 480 };
+    static rc_rec recs[N];
+    static uint8_t whole[N * RC_REC_MAX], grown[N * RC_REC_MAX];
+    uint64_t s = 77;
+    for (int round = 0; round < 2000; round++) {
+        size_t n = 1 + rnd(&s) % N;
+        uint64_t kinds = 1 + rnd(&s) % 12;
+        int64_t t = T0;
+        for (size_t i = 0; i < n; i++) {
+            recs[i].hash = (rnd(&s) % kinds * 0x1000193ULL + 7) & RC_HASH_MASK;
+            t = rnd(&s) % 3 ? (int64_t)((uint64_t)t + 10) : next_time(&s, t); /* mostly on time */
+            recs[i].t = t;
+        }
+        size_t len = encode_all(recs, n, whole);
+        rc_state st;
+        rc_init(&st);
+        size_t fin = 0, coded = 0;
+        for (size_t have = 0; have < n;) {
+            have += 1 + rnd(&s) % 5;
+            if (have > n)
+                have = n;
+            while (have > fin) {
+                rc_state t2 = st;
+                size_t used, k = rc_encode_head(&t2, recs + fin, have - fin, grown + coded, &used);
+                if (used == have - fin)
+                    break;
+                st = t2;
+                coded += k;
+                fin += used;
+            }
+        }
+        coded += rc_encode_from(&st, recs + fin, n - fin, grown + coded);
+        assert_int_equal(coded, len);
+        assert_memory_equal(grown, whole, len);
+    }
+}
+
 /* A host's four instances, each reporting every 10 s in an order that
  * varies: after each instance's first two reports, a byte for three. */
 static void test_periodic_host(void **state)
@@ -241,9 +286,9 @@ static void test_mutations(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip), cmocka_unit_test(test_periodic_host),
-        cmocka_unit_test(test_groups),     cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_round_trip),    cmocka_unit_test(test_grows_at_end),
+        cmocka_unit_test(test_periodic_host), cmocka_unit_test(test_groups),
+        cmocka_unit_test(test_refused),       cmocka_unit_test(test_mutations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
