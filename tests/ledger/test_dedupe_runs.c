@@ -424,6 +424,8 @@ static void test_windows_canonical(void **state)
         commit_ok(b, NULL);
         window_rows(l, &rows[pass]);
         assert_int_equal(keys(l), N);
+        /* the replays of coded ids were duplicates, not conflicts */
+        assert_int_equal(tu_query_int(l, "SELECT count(*) FROM quarantine", NULL), 0);
         tally_batch_destroy(b);
         tally_ledger_close(l);
     }
