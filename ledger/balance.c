@@ -507,7 +507,7 @@ static tally_err gather(bal_engine *b, const tally_account *acct, int64_t start,
     bool given = w != NULL;
     tally_err e = TALLY_OK;
     if (given)
-        e = bal_cache_iv_rows(b->cache, w, &b->in.intervals, &b->in.cap_intervals,
+        e = bal_cache_iv_rows(b->cache, ce, w, &b->in.intervals, &b->in.cap_intervals,
                               &b->in.n_intervals);
     b->in.intervals_given = given;
     if (!e)

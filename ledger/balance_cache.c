@@ -2,9 +2,9 @@
  * (ledger_int.h, "What a batch remembers between its commits").
  *
  * Entries are found by the account's hash; they live in one array that is
- * emptied as a whole when it is full, and a window of interval rows that
- * would take the rows held past BAL_CACHE_ROWS is dropped, so memory stays
- * bounded however long the meter runs. */
+ * emptied as a whole when it is full, and an account whose interval rows
+ * would take the rows held past BAL_CACHE_ROWS lets all of its rows go, so
+ * memory stays bounded however long the meter runs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,17 +51,15 @@ tally_err bal_cache_create(bal_cache **out)
     return TALLY_OK;
 }
 
-static void win_release(bal_cache *c, bal_cache_win *w)
+/* e holds no window and no row. */
+static void rows_release(bal_cache *c, bal_cache_entry *e)
 {
-    c->rows -= w->n;
-    free(w->ivs);
-    memset(w, 0, sizeof *w);
-}
-
-static void entry_release(bal_cache *c, bal_cache_entry *e)
-{
+    c->rows -= e->n_ivs;
+    free(e->ivs);
+    e->ivs = NULL;
+    e->n_ivs = e->cap_ivs = 0;
     for (size_t i = 0; i < BAL_CACHE_WINDOWS; i++)
-        win_release(c, &e->win[i]);
+        e->win[i].ok = false;
 }
 
 static void adj_drop(bal_cache *c, bal_cache_entry *e)
@@ -77,7 +75,7 @@ void bal_cache_clear(bal_cache *c)
     if (!c)
         return;
     for (size_t i = 0; i < c->n; i++) {
-        entry_release(c, &c->v[i]);
+        rows_release(c, &c->v[i]);
         free(c->v[i].adj);
     }
     c->n = 0;
@@ -148,13 +146,12 @@ bool bal_cache_iv_in(int64_t row_start, int64_t row_end, int64_t start, int64_t 
     return row_start > start - 2 * DAY_S && row_start < end + DAY_S && row_end > start - DAY_S;
 }
 
-/* Room for one more row in w; false (and w's rows dropped) past the bound. */
-static bool iv_room(bal_cache *c, bal_cache_win *w)
+/* Whether one of e's windows reads a row of these times. */
+static bool held(const bal_cache_entry *e, int64_t row_start, int64_t row_end)
 {
-    if (c->rows < BAL_CACHE_ROWS &&
-        ledger_grow((void **)&w->ivs, w->n, &w->cap, sizeof *w->ivs, 8) == TALLY_OK)
-        return true;
-    win_release(c, w);
+    for (size_t k = 0; k < BAL_CACHE_WINDOWS; k++)
+        if (e->win[k].ok && bal_cache_iv_in(row_start, row_end, e->win[k].start, e->win[k].end))
+            return true;
     return false;
 }
 
@@ -174,76 +171,87 @@ const bal_cache_win *bal_cache_window(const bal_cache_entry *e, int64_t start, i
 
 /* The slot a new window goes into: one holding nothing, else each slot in
  * turn (an account with more open periods than slots reads the rest from
- * the ledger, correctly, only slower). */
-static bal_cache_win *win_slot(bal_cache_entry *e)
+ * the ledger, correctly, only slower). A window let go takes with it the
+ * rows no other window reads. */
+static bal_cache_win *win_slot(bal_cache *c, bal_cache_entry *e)
 {
     for (size_t i = 0; i < BAL_CACHE_WINDOWS; i++)
         if (!e->win[i].ok)
             return &e->win[i];
-    return &e->win[e->win_next++ % BAL_CACHE_WINDOWS];
+    bal_cache_win *w = &e->win[e->win_next++ % BAL_CACHE_WINDOWS];
+    w->ok = false;
+    size_t k = 0;
+    for (size_t i = 0; i < e->n_ivs; i++)
+        if (held(e, e->ivs[i].iv.start_s, e->ivs[i].iv.end_s))
+            e->ivs[k++] = e->ivs[i];
+    c->rows -= e->n_ivs - k;
+    e->n_ivs = k;
+    return w;
 }
 
-/* A window's rows are kept in id order, so that the batch's writes (one
- * per interval row it changes) find theirs by binary search. */
-void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
-                       const tally_interval *rows, const int64_t *ids, size_t n)
+/* The index of row id among v[0..n) (in id order), or where it would go
+ * (*found false). */
+static size_t iv_index(const bal_cache_iv *v, size_t n, int64_t id, bool *found)
 {
-    bal_cache_win *w = win_slot(e);
-    win_release(c, w);
-    w->ok = true;
-    w->start = start;
-    w->end = end;
-    for (size_t i = 0; i < n; i++) {
-        if (!iv_room(c, w))
-            return;
-        w->ivs[w->n++] = (bal_cache_iv){ids[i], rows[i]};
-        c->rows++;
-    }
-    if (w->n > 1)
-        qsort(w->ivs, w->n, sizeof *w->ivs, id_order);
-}
-
-/* The row's index, or where it would go (*found false). */
-static size_t iv_index(const bal_cache_win *w, int64_t id, bool *found)
-{
-    size_t lo = 0, hi = w->n;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (w->ivs[mid].id < id)
+        if (v[mid].id < id)
             lo = mid + 1;
         else
             hi = mid;
     }
-    *found = lo < w->n && w->ivs[lo].id == id;
+    *found = lo < n && v[lo].id == id;
     return lo;
 }
 
-static void iv_remove(bal_cache *c, bal_cache_win *w, size_t i)
+/* Room for n more rows in e; false (and e's rows and windows let go) past
+ * the bound or without memory. */
+static bool iv_room(bal_cache *c, bal_cache_entry *e, size_t n)
 {
-    memmove(&w->ivs[i], &w->ivs[i + 1], (w->n - i - 1) * sizeof *w->ivs);
-    w->n--;
+    bool ok = c->rows + n <= BAL_CACHE_ROWS;
+    while (ok && e->n_ivs + n > e->cap_ivs)
+        ok = ledger_grow((void **)&e->ivs, e->cap_ivs, &e->cap_ivs, sizeof *e->ivs, 8) == TALLY_OK;
+    if (!ok)
+        rows_release(c, e);
+    return ok;
+}
+
+/* The rows e does not hold yet are added at its end, then put in id order;
+ * those it holds are read again (the writes kept them current). */
+void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
+                       const tally_interval *rows, const int64_t *ids, size_t n)
+{
+    bal_cache_win *w = win_slot(c, e);
+    size_t had = e->n_ivs, add = 0;
+    bool found;
+    for (size_t i = 0; i < n; i++) {
+        iv_index(e->ivs, had, ids[i], &found);
+        add += !found;
+    }
+    if (add && !iv_room(c, e, add))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        size_t at = iv_index(e->ivs, had, ids[i], &found);
+        if (found)
+            e->ivs[at].iv = rows[i];
+        else
+            e->ivs[e->n_ivs++] = (bal_cache_iv){ids[i], rows[i]};
+    }
+    c->rows += add;
+    if (add)
+        qsort(e->ivs, e->n_ivs, sizeof *e->ivs, id_order);
+    *w = (bal_cache_win){.ok = true, .start = start, .end = end};
+}
+
+static void iv_remove(bal_cache *c, bal_cache_entry *e, size_t i)
+{
+    memmove(&e->ivs[i], &e->ivs[i + 1], (e->n_ivs - i - 1) * sizeof *e->ivs);
+    e->n_ivs--;
     c->rows--;
 }
 
-/* The row written into one window: updated, added, or removed when it no
- * longer belongs to what the window's gather reads. */
-static void win_put(bal_cache *c, bal_cache_win *w, int64_t id, const tally_interval *iv)
-{
-    bool found;
-    size_t i = iv_index(w, id, &found);
-    bool in = bal_cache_iv_in(iv->start_s, iv->end_s, w->start, w->end);
-    if (found && in) {
-        w->ivs[i].iv = *iv;
-    } else if (found) {
-        iv_remove(c, w, i);
-    } else if (in && iv_room(c, w)) { /* a new row: at the end, as ids grow */
-        memmove(&w->ivs[i + 1], &w->ivs[i], (w->n - i) * sizeof *w->ivs);
-        w->ivs[i] = (bal_cache_iv){id, *iv};
-        w->n++;
-        c->rows++;
-    }
-}
-
+/* The row written: updated, added, or removed when no window reads it. */
 void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally_interval *iv)
 {
     bal_cache_entry *e = bal_cache_find(c, account);
@@ -252,9 +260,19 @@ void bal_cache_iv_put(bal_cache *c, const char *account, int64_t id, const tally
     /* A row only grows, so one that starts before the bound always did. */
     if (e->adj_ok && iv->start_s < e->adj_reads_to)
         adj_drop(c, e);
-    for (size_t k = 0; k < BAL_CACHE_WINDOWS; k++)
-        if (e->win[k].ok)
-            win_put(c, &e->win[k], id, iv);
+    bool found;
+    size_t i = iv_index(e->ivs, e->n_ivs, id, &found);
+    bool in = held(e, iv->start_s, iv->end_s);
+    if (found && in) {
+        e->ivs[i].iv = *iv;
+    } else if (found) {
+        iv_remove(c, e, i);
+    } else if (in && iv_room(c, e, 1)) { /* a new row: at the end, as ids grow */
+        memmove(&e->ivs[i + 1], &e->ivs[i], (e->n_ivs - i) * sizeof *e->ivs);
+        e->ivs[i] = (bal_cache_iv){id, *iv};
+        e->n_ivs++;
+        c->rows++;
+    }
 }
 
 void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id)
@@ -264,12 +282,10 @@ void bal_cache_iv_drop(bal_cache *c, const char *account, int64_t id)
         return;
     if (e->adj_ok) /* the row's times are not known here */
         adj_drop(c, e);
-    for (size_t k = 0; k < BAL_CACHE_WINDOWS; k++) {
-        bool found = false;
-        size_t i = e->win[k].ok ? iv_index(&e->win[k], id, &found) : 0;
-        if (found)
-            iv_remove(c, &e->win[k], i);
-    }
+    bool found;
+    size_t i = iv_index(e->ivs, e->n_ivs, id, &found);
+    if (found)
+        iv_remove(c, e, i);
 }
 
 void bal_cache_point_put(bal_cache *c, const char *account, int64_t t_s)
@@ -331,31 +347,40 @@ static int iv_order(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-tally_err bal_cache_iv_rows(bal_cache *c, const bal_cache_win *w, tally_interval **out, size_t *cap,
-                            size_t *n_out)
+tally_err bal_cache_iv_rows(bal_cache *c, const bal_cache_entry *e, const bal_cache_win *w,
+                            tally_interval **out, size_t *cap, size_t *n_out)
 {
-    /* The gather's order is the index's, (account, start_s, id): a sorted
-     * copy, the window staying in id order. */
-    if (w->n > c->cap_order) {
-        bal_cache_iv *v = realloc(c->order, w->n * sizeof *v);
+    /* The gather's order is the index's, (account, start_s, id): the
+     * window's rows copied and sorted, unless they are in that order
+     * already (rows opened one after the other usually are). */
+    if (e->n_ivs > c->cap_order) {
+        bal_cache_iv *v = realloc(c->order, e->n_ivs * sizeof *v);
         if (!v)
             return TALLY_NOMEM;
         c->order = v;
-        c->cap_order = w->n;
+        c->cap_order = e->n_ivs;
     }
-    if (w->n > *cap) {
-        tally_interval *v = realloc(*out, w->n * sizeof *v);
+    size_t n = 0;
+    bool sorted = true;
+    for (size_t i = 0; i < e->n_ivs; i++) {
+        const bal_cache_iv *r = &e->ivs[i];
+        if (!bal_cache_iv_in(r->iv.start_s, r->iv.end_s, w->start, w->end))
+            continue;
+        if (n && iv_order(&c->order[n - 1], r) > 0)
+            sorted = false;
+        c->order[n++] = *r;
+    }
+    if (n > *cap) {
+        tally_interval *v = realloc(*out, n * sizeof *v);
         if (!v)
             return TALLY_NOMEM;
         *out = v;
-        *cap = w->n;
+        *cap = n;
     }
-    if (w->n)
-        memcpy(c->order, w->ivs, w->n * sizeof *w->ivs);
-    if (w->n > 1)
-        qsort(c->order, w->n, sizeof *c->order, iv_order);
-    for (size_t i = 0; i < w->n; i++)
+    if (!sorted)
+        qsort(c->order, n, sizeof *c->order, iv_order);
+    for (size_t i = 0; i < n; i++)
         (*out)[i] = c->order[i].iv;
-    *n_out = w->n;
+    *n_out = n;
     return TALLY_OK;
 }

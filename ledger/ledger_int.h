@@ -282,8 +282,8 @@ typedef struct bal_period {
  * returned; tally verify recomputes from the ledger and never uses it.
  * Bounded: BAL_CACHE_ACCOUNTS accounts (past it, it starts again, empty),
  * BAL_CACHE_WINDOWS windows of interval rows per account and
- * BAL_CACHE_ROWS rows in all (past it, the window that would grow is
- * dropped) and BAL_CACHE_ADJ_LINES adjustment lines (past it, no more are
+ * BAL_CACHE_ROWS rows in all (past it, the account whose rows would
+ * grow holds none) and BAL_CACHE_ADJ_LINES adjustment lines (past it, no more are
  * kept). */
 #define BAL_CACHE_ACCOUNTS  32768
 #define BAL_CACHE_ROWS      262144
@@ -296,11 +296,10 @@ typedef struct bal_cache_iv {
     tally_interval iv;
 } bal_cache_iv;
 
+/* A window [start, end) whose gather the entry's rows serve (while ok). */
 typedef struct bal_cache_win {
-    bool ok; /* ivs holds every row the gather of [start, end) reads */
+    bool ok;
     int64_t start, end;
-    bal_cache_iv *ivs; /* in id order */
-    size_t n, cap;
 } bal_cache_win;
 
 typedef struct bal_cache_entry {
@@ -315,9 +314,14 @@ typedef struct bal_cache_entry {
     bool invoiced; /* the account has an invoice or credit note */
     /* The interval rows of up to BAL_CACHE_WINDOWS gathers: an account
      * has two open periods (or more) until the last is finalized, and each
-     * refresh rates them all. */
+     * refresh rates them all. A row is held once, however many of the
+     * windows read it (the day either side of a period is read by both
+     * periods: on the first day of a month every row would otherwise be
+     * held twice). */
     bal_cache_win win[BAL_CACHE_WINDOWS];
     unsigned win_next; /* the slot the next load replaces, when all are held */
+    bal_cache_iv *ivs; /* the rows of the ok windows, in id order */
+    size_t n_ivs, cap_ivs;
     /* The late-usage adjustments of period adj_period (inv_adjustments),
      * while adj_ok: the batch's usage writes before adj_reads_to, and any
      * row it deletes, end it. */
@@ -341,7 +345,8 @@ bool bal_cache_iv_in(int64_t row_start, int64_t row_end, int64_t start, int64_t 
 /* e's window [start, end), or NULL if it does not hold it. */
 const bal_cache_win *bal_cache_window(const bal_cache_entry *e, int64_t start, int64_t end);
 /* Holds rows (ids[i], rows[i]) as the window [start, end) of e, in a free
- * slot or, when all are held, in place of each in turn. */
+ * slot or, when all are held, in place of each in turn. Past
+ * BAL_CACHE_ROWS rows in all, or without memory, e holds no window. */
 void bal_cache_iv_load(bal_cache *c, bal_cache_entry *e, int64_t start, int64_t end,
                        const tally_interval *rows, const int64_t *ids, size_t n);
 /* A row of the account written (inserted or updated) or deleted by the batch. */
@@ -358,10 +363,10 @@ bool bal_cache_adj_get(const bal_cache_entry *e, const char *period, tally_line 
  * BAL_CACHE_ADJ_LINES lines in all, or without memory, it keeps nothing. */
 void bal_cache_adj_keep(bal_cache *c, bal_cache_entry *e, const char *period, int64_t reads_to,
                         const tally_line *v, size_t n);
-/* The window's rows in the order the gather returns them (start_s, then
- * id) into out (n_out of them). Errors: TALLY_NOMEM. */
-tally_err bal_cache_iv_rows(bal_cache *c, const bal_cache_win *w, tally_interval **out, size_t *cap,
-                            size_t *n_out);
+/* The rows of e's window w in the order the gather returns them (start_s,
+ * then id) into out (n_out of them). Errors: TALLY_NOMEM. */
+tally_err bal_cache_iv_rows(bal_cache *c, const bal_cache_entry *e, const bal_cache_win *w,
+                            tally_interval **out, size_t *cap, size_t *n_out);
 
 /* Refreshes the n accounts of t (each with its span of new usage, cause
  * "usage") inside the caller's transaction with eng and its cache (NULL,
