@@ -11,7 +11,7 @@
 #include "testutil.h"
 #include "../../ledger/ledger_int.h"
 
-#define DAY 86400LL
+#define DAY      86400LL
 #define MAX_ROWS 400
 
 /* The first days of January to June 2026, UTC. */
