@@ -1,7 +1,7 @@
-/* A hash index for the batch's in-memory maps: slots of (hash, entry index)
- * with linear probing, kept at most half full. Removal shifts later entries
- * of the same probe run back (no tombstones), so long-lived tables such as
- * the open-interval map never degrade. */
+/* A hash index for the batch's in-memory maps: slots of (entry index, low
+ * 32 bits of its hash) with linear probing, kept at most half full. Removal
+ * shifts later entries of the same probe run back (no tombstones), so
+ * long-lived tables such as the open-interval map never degrade. */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,17 +15,14 @@ tally_err idx_table_reserve(idx_table *t, size_t n)
     size_t cap = IDX_MIN_CAP;
     while (cap < 2 * n)
         cap *= 2;
+    if (cap > (size_t)1 << 31)
+        return TALLY_NOMEM;
     if (!t->slots || cap > t->mask + 1) {
-        uint32_t *slots = calloc(cap, sizeof *slots);
-        uint64_t *hashes = malloc(cap * sizeof *hashes);
-        if (!slots || !hashes) {
-            free(slots);
-            free(hashes);
+        idx_slot *slots = calloc(cap, sizeof *slots);
+        if (!slots)
             return TALLY_NOMEM;
-        }
         idx_table_free(t);
         t->slots = slots;
-        t->hashes = hashes;
         t->mask = cap - 1;
         t->used = 0;
         return TALLY_OK;
@@ -44,7 +41,6 @@ void idx_table_clear(idx_table *t)
 void idx_table_free(idx_table *t)
 {
     free(t->slots);
-    free(t->hashes);
     memset(t, 0, sizeof *t);
 }
 
@@ -52,20 +48,21 @@ int64_t idx_table_find(const idx_table *t, uint64_t hash, idx_eq_fn eq, const vo
 {
     if (!t->slots)
         return -1;
-    for (size_t i = hash & t->mask; t->slots[i]; i = (i + 1) & t->mask)
-        if (t->hashes[i] == hash && eq(ctx, t->slots[i] - 1))
-            return t->slots[i] - 1;
+    uint32_t h = (uint32_t)hash;
+    for (size_t i = h & t->mask; t->slots[i].idx1; i = (i + 1) & t->mask)
+        if (t->slots[i].h == h && eq(ctx, t->slots[i].idx1 - 1))
+            return t->slots[i].idx1 - 1;
     return -1;
 }
 
 void idx_table_insert(idx_table *t, uint64_t hash, uint32_t idx)
 {
     assert(t->slots && 2 * (t->used + 1) <= t->mask + 1);
-    size_t i = hash & t->mask;
-    while (t->slots[i])
+    uint32_t h = (uint32_t)hash;
+    size_t i = h & t->mask;
+    while (t->slots[i].idx1)
         i = (i + 1) & t->mask;
-    t->slots[i] = idx + 1;
-    t->hashes[i] = hash;
+    t->slots[i] = (idx_slot){idx + 1, h};
     t->used++;
 }
 
@@ -78,18 +75,17 @@ static bool stays(size_t i, size_t j, size_t k)
 
 void idx_table_remove(idx_table *t, uint64_t hash, uint32_t idx)
 {
-    size_t i = hash & t->mask;
-    while (t->slots[i] != idx + 1) {
-        assert(t->slots[i]);
+    size_t i = (uint32_t)hash & t->mask;
+    while (t->slots[i].idx1 != idx + 1) {
+        assert(t->slots[i].idx1);
         i = (i + 1) & t->mask;
     }
-    for (size_t j = (i + 1) & t->mask; t->slots[j]; j = (j + 1) & t->mask) {
-        if (stays(i, j, t->hashes[j] & t->mask))
+    for (size_t j = (i + 1) & t->mask; t->slots[j].idx1; j = (j + 1) & t->mask) {
+        if (stays(i, j, t->slots[j].h & t->mask))
             continue;
         t->slots[i] = t->slots[j];
-        t->hashes[i] = t->hashes[j];
         i = j;
     }
-    t->slots[i] = 0;
+    t->slots[i] = (idx_slot){0, 0};
     t->used--;
 }

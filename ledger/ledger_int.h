@@ -424,11 +424,17 @@ void shard_lock_drop(int fd);
 #define ACCOUNTS_KNOWN_MAX 65536  /* accounts known to exist, before the set is reset */
 
 /* ---- An index of entries by 64-bit hash (open addressing, linear probing).
- * Slots hold entry index + 1 (0 = empty) so a zeroed table is empty. */
+ * A slot holds entry index + 1 (0 = empty, so a zeroed table is empty) and
+ * the hash's low 32 bits beside it: a probe reads one cache line, not one in
+ * each of two arrays, and compares entries only when those bits match. */
+typedef struct idx_slot {
+    uint32_t idx1; /* entry index + 1; 0 = empty */
+    uint32_t h;    /* the hash's low 32 bits (its home slot is h & mask) */
+} idx_slot;
+
 typedef struct idx_table {
-    uint32_t *slots;
-    uint64_t *hashes;
-    size_t mask; /* capacity - 1; capacity is a power of two */
+    idx_slot *slots;
+    size_t mask; /* capacity - 1; capacity is a power of two, at most 2^31 */
     size_t used;
 } idx_table;
 
