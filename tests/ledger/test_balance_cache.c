@@ -164,16 +164,33 @@ static void edge_rows(size_t n, tally_interval **rows, int64_t **ids)
     }
 }
 
+/* A cache with account acme, and n rows of the first day of March for it
+ * to load. */
+static bal_cache *with_edge_rows(size_t n, tally_interval **rows, int64_t **ids,
+                                 bal_cache_entry **acme)
+{
+    edge_rows(n, rows, ids);
+    bal_cache *c = NULL;
+    assert_int_equal(bal_cache_create(&c), TALLY_OK);
+    *acme = entry(c, "acme");
+    return c;
+}
+
+static void done(bal_cache *c, tally_interval *rows, int64_t *ids)
+{
+    bal_cache_destroy(c);
+    free(rows);
+    free(ids);
+}
+
 static void test_shared_rows_once(void **state)
 {
     (void)state;
     size_t n = BAL_CACHE_ROWS / 2 + 1; /* twice that would not fit */
     tally_interval *rows;
     int64_t *ids;
-    edge_rows(n, &rows, &ids);
-    bal_cache *c = NULL;
-    assert_int_equal(bal_cache_create(&c), TALLY_OK);
-    bal_cache_entry *e = entry(c, "acme");
+    bal_cache_entry *e;
+    bal_cache *c = with_edge_rows(n, &rows, &ids, &e);
     bal_cache_iv_load(c, e, month[1], month[2], rows, ids, n);
     bal_cache_iv_load(c, e, month[2], month[3], rows, ids, n);
     assert_non_null(bal_cache_window(e, month[1], month[2]));
@@ -183,9 +200,7 @@ static void test_shared_rows_once(void **state)
     bal_cache_entry *f = entry(c, "beta");
     bal_cache_iv_load(c, f, month[2], month[3], rows, ids, BAL_CACHE_ROWS - n);
     assert_non_null(bal_cache_window(f, month[2], month[3]));
-    bal_cache_destroy(c);
-    free(rows);
-    free(ids);
+    done(c, rows, ids);
 }
 
 static void test_bound(void **state)
@@ -194,10 +209,8 @@ static void test_bound(void **state)
     size_t n = BAL_CACHE_ROWS - 10;
     tally_interval *rows;
     int64_t *ids;
-    edge_rows(n, &rows, &ids);
-    bal_cache *c = NULL;
-    assert_int_equal(bal_cache_create(&c), TALLY_OK);
-    bal_cache_entry *e = entry(c, "acme");
+    bal_cache_entry *e;
+    bal_cache *c = with_edge_rows(n, &rows, &ids, &e);
     bal_cache_iv_load(c, e, month[2], month[3], rows, ids, n);
     assert_non_null(bal_cache_window(e, month[2], month[3]));
     /* Another account's 20 rows would pass the bound: it holds none. */
@@ -220,9 +233,7 @@ static void test_bound(void **state)
     assert_int_equal(bal_cache_iv_rows(c, e, w, &got, &cap, &n_got), TALLY_OK);
     assert_int_equal(n_got, n);
     free(got);
-    bal_cache_destroy(c);
-    free(rows);
-    free(ids);
+    done(c, rows, ids);
 }
 
 int main(void)
