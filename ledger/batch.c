@@ -104,6 +104,7 @@ tally_err tally_batch_create(tally_ledger *l, tally_batch **out)
     if (!b)
         return TALLY_NOMEM;
     b->l = l;
+    b->known_max = ACCOUNTS_KNOWN_MAX;
     tally_err e = TALLY_OK;
     for (int i = 0; i < ST_COUNT_OF && e == TALLY_OK; i++)
         e = ledger_prepare(l, batch_sql[i], &b->st[i]);
@@ -133,6 +134,7 @@ void tally_batch_destroy(tally_batch *b)
     bal_engine_destroy(b->bal_eng);
     bal_cache_destroy(b->bal_cache);
     free(b->account_names);
+    free(b->known_touch);
     free(b->items);
     free(b->arena);
     free(b->strs);

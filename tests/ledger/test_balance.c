@@ -18,6 +18,7 @@
 #include "tally/ledger_sql.h"
 #include "tally/outbox.h"
 #include "tally/sign.h"
+#include "../../ledger/ledger_int.h"
 
 typedef struct fx {
     tally_ledger *l;
@@ -695,6 +696,48 @@ static void test_batch_cache_two_periods(void **state)
     fx_close(&f); /* verify recomputes the stored balance from the ledger */
 }
 
+/* More accounts in one commit than the batch keeps known (known_max,
+ * ACCOUNTS_KNOWN_MAX in use, 4 here): the set starts again mid-commit and
+ * its places go to other accounts, while each account's entry among those
+ * the commit touched must stay its own (batch_commit.c, touch). a-0 gets
+ * usage before and after the reset; a-4 takes a-0's old place; then a
+ * second commit of the same batch touches them again. Every account's
+ * running total is its own hours at 1.98. */
+static void test_known_accounts_reset(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, "bal-known-reset", "2026-03-10T12:00:00Z");
+    int64_t t = at("2026-03-02T00:00:00Z");
+    char name[16];
+    int hours[6] = {0};
+    for (int i = 0; i < 6; i++) {
+        snprintf(name, sizeof name, "a-%d", i);
+        accel(&f, name, "i-0", "rtx4090", "on_demand", 1, t + i * 3600, 3600);
+        if (i == 0)
+            f.b->known_max = 4; /* the batch exists once something is queued */
+        hours[i]++;
+    }
+    const int again[][2] = {{0, 8}, {4, 9}, {0, 10}};
+    for (int k = 0; k < 2; k++) {
+        for (size_t j = 0; j < sizeof again / sizeof *again; j++) {
+            snprintf(name, sizeof name, "a-%d", again[j][0]);
+            accel(&f, name, "i-0", "rtx4090", "on_demand", 1, t + (again[j][1] + 3 * k) * 3600,
+                  3600);
+            hours[again[j][0]]++;
+        }
+        commit_keep(&f);
+        assert_true(f.b->n_accounts < 6); /* the known set did start again */
+        for (int i = 0; i < 6; i++) {
+            snprintf(name, sizeof name, "a-%d", i);
+            assert_int_equal(running(&f, name, "2026-03"), 198 * hours[i]);
+        }
+    }
+    tally_batch_destroy(f.b);
+    f.b = NULL;
+    fx_close(&f);
+}
+
 /* More open periods than the cache has windows for an account (five months
  * never invoiced): the windows are taken in turn and the rest is read from
  * the ledger, and every month's running total stays right, commit after
@@ -1221,6 +1264,7 @@ int main(void)
         cmocka_unit_test(test_batch_cache_late),
         cmocka_unit_test(test_batch_cache_two_periods),
         cmocka_unit_test(test_batch_cache_many_periods),
+        cmocka_unit_test(test_known_accounts_reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
