@@ -37,7 +37,15 @@ run() { # build group
   msgs=$(sed 's/^messages=\([0-9]*\).*/\1/' "$work/out")
   echo "$2 rate=$((msgs * 1000 / (last > first ? last - first : 1))) cpu=$(awk '{print $1 + $2}' "$work/time")"
 }
+# A first in odd rounds, B first in even ones: the second run of a round
+# may fare differently (two 6-round calls with the same two builds swapped
+# gave pair-ratio medians of 0.94 and 1.02: RESULTS.md, fifteenth pass).
 for r in $(seq "$rounds"); do
-  run "$A" "a$r"
-  run "$B" "b$r"
+  if [ $((r % 2)) = 1 ]; then
+    run "$A" "a$r"
+    run "$B" "b$r"
+  else
+    run "$B" "b$r"
+    run "$A" "a$r"
+  fi
 done
