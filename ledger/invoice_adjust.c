@@ -134,17 +134,8 @@ static tally_err is_late(inv_gatherer *g, const char *account, int64_t start, in
     return e;
 }
 
-/* One row of the history query: an earlier live invoice. */
-typedef struct past {
-    int64_t seq;
-    char period[8];
-    char timezone[64]; /* as invoiced: the account's zone may have changed since */
-    int64_t billed_to;
-    int64_t finalized_at_s; /* its invoice's: the prices it was rated with */
-} past;
-
 /* Re-rates the period of h over [start, end) and appends its differences to what was billed. */
-static tally_err adjust_period(inv_gatherer *g, const tally_account *acct, const past *h,
+static tally_err adjust_period(inv_gatherer *g, const tally_account *acct, const inv_past *h,
                                int64_t start, int64_t end, inv_input *scratch, tally_line **lines,
                                size_t *n, size_t *cap, char *why, size_t why_cap)
 {
@@ -173,38 +164,86 @@ static tally_err adjust_period(inv_gatherer *g, const tally_account *acct, const
     return e;
 }
 
-static tally_err load_history(inv_gatherer *g, const char *account, const char *period, past **out,
-                              size_t *n)
+/* A live invoice's adjustment lines for an earlier period (INV_Q_ADJUSTED). */
+typedef struct adjusted {
+    int64_t seq, usage_seq;
+    char period[16]; /* "" when the stored text does not fit: it names no period */
+} adjusted;
+
+/* Steps st to its end, each row into one more element of *out (size
+ * bytes, filled by row); resets st. Errors: TALLY_NOMEM, TALLY_DB. */
+static tally_err rows_into(inv_gatherer *g, sqlite3_stmt *st, void **out, size_t *n, size_t size,
+                           void (*row)(sqlite3_stmt *st, void *elem))
 {
-    sqlite3_stmt *st = inv_stmt(g, INV_Q_HISTORY);
-    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, period, -1, SQLITE_STATIC);
     size_t cap = 0;
     tally_err e = TALLY_OK;
     int rc;
-    *out = NULL;
-    *n = 0;
     while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            past *p = realloc(*out, nc * sizeof *p);
-            if (!p) {
-                e = TALLY_NOMEM;
-                break;
-            }
-            *out = p;
-            cap = nc;
-        }
-        past *h = &(*out)[(*n)++];
-        h->seq = sqlite3_column_int64(st, 0);
-        inv_col_text(st, 1, h->period, sizeof h->period);
-        inv_col_text(st, 2, h->timezone, sizeof h->timezone);
-        h->billed_to = sqlite3_column_int64(st, 3);
-        h->finalized_at_s = sqlite3_column_int64(st, 4);
+        e = ledger_grow(out, *n, &cap, size, 8);
+        if (!e)
+            row(st, (char *)*out + (*n)++ * size);
     }
     if (!e && rc != SQLITE_DONE)
         e = ledger_sqlite_err(inv_gatherer_ledger(g), rc);
     sqlite3_reset(st);
+    return e;
+}
+
+static void adjusted_row(sqlite3_stmt *st, void *elem)
+{
+    adjusted *a = elem;
+    a->seq = sqlite3_column_int64(st, 0);
+    a->usage_seq = sqlite3_column_int64(st, 1);
+    if ((size_t)sqlite3_column_bytes(st, 2) < sizeof a->period)
+        inv_col_text(st, 2, a->period, sizeof a->period);
+    else
+        a->period[0] = '\0';
+}
+
+static tally_err load_adjusted(inv_gatherer *g, const char *account, adjusted **out, size_t *n)
+{
+    sqlite3_stmt *st = inv_stmt(g, INV_Q_ADJUSTED);
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    return rows_into(g, st, (void **)out, n, sizeof **out, adjusted_row);
+}
+
+/* The usage_seq up to which h's period is billed: the largest of its own
+ * (at least 0) and those of later live invoices adjusting the period. */
+static int64_t billed_to(const inv_past *h, const adjusted *a, size_t n)
+{
+    int64_t to = h->billed_to > 0 ? h->billed_to : 0;
+    for (size_t i = 0; i < n; i++)
+        if (a[i].seq > h->seq && a[i].usage_seq > to && strcmp(a[i].period, h->period) == 0)
+            to = a[i].usage_seq;
+    return to;
+}
+
+static void past_row(sqlite3_stmt *st, void *elem)
+{
+    inv_past *h = elem;
+    h->seq = sqlite3_column_int64(st, 0);
+    inv_col_text(st, 1, h->period, sizeof h->period);
+    inv_col_text(st, 2, h->timezone, sizeof h->timezone);
+    h->billed_to = sqlite3_column_int64(st, 3); /* its own usage_seq, until inv_history */
+    h->finalized_at_s = sqlite3_column_int64(st, 4);
+}
+
+tally_err inv_history(inv_gatherer *g, const char *account, const char *period, inv_past **out,
+                      size_t *n)
+{
+    sqlite3_stmt *st = inv_stmt(g, INV_Q_HISTORY);
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, period, -1, SQLITE_STATIC);
+    *out = NULL;
+    *n = 0;
+    tally_err e = rows_into(g, st, (void **)out, n, sizeof **out, past_row);
+    adjusted *adj = NULL;
+    size_t n_adj = 0;
+    if (!e && *n)
+        e = load_adjusted(g, account, &adj, &n_adj);
+    for (size_t i = 0; !e && i < *n; i++)
+        (*out)[i].billed_to = billed_to(&(*out)[i], adj, n_adj);
+    free(adj);
     return e;
 }
 
@@ -240,12 +279,12 @@ tally_err inv_adjustments(inv_gatherer *g, const tally_account *acct, const char
                           inv_input *scratch, tally_line **lines, size_t *n, size_t *cap, char *why,
                           size_t why_cap, int64_t *reads_to_out)
 {
-    past *hist = NULL;
+    inv_past *hist = NULL;
     size_t n_hist = 0;
     int64_t to = INT64_MIN;
     tally_err e = take_back(g, acct, period, lines, n, cap);
     if (!e)
-        e = load_history(g, acct->id, period, &hist, &n_hist);
+        e = inv_history(g, acct->id, period, &hist, &n_hist);
     for (size_t i = 0; !e && i < n_hist; i++) {
         int64_t start, end;
         bool late = false;

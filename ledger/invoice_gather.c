@@ -79,18 +79,22 @@ static const char *const queries[INV_Q_COUNT] = {
                    "i.currency, i.doc FROM invoices i WHERE i.account = ?1 AND i.period = ?2 "
                    "AND +i.doc_type = 'invoice' AND " LIVE_I " ORDER BY i.seq DESC LIMIT 1",
     /* Earlier live invoices: seq, period, the time zone the period was
-     * invoiced in, and the usage_seq up to which it is billed (its own, or
-     * that of a later live invoice carrying adjustments for it), and when it
-     * was finalized (its prices are those entered by then). */
+     * invoiced in, its usage_seq, and when it was finalized (its prices are
+     * those entered by then). The usage_seq up to which a period is billed
+     * also counts later invoices' adjustments for it: INV_Q_ADJUSTED. */
     [INV_Q_HISTORY] =
         "SELECT i.seq, i.period, "
-        "json_extract(CAST(i.doc AS TEXT), '$.period.timezone'), "
-        "max(i.usage_seq, coalesce((SELECT max(j.usage_seq) FROM invoices j "
-        "WHERE j.account = i.account AND +j.doc_type = 'invoice' AND j.seq > i.seq "
-        "AND " LIVE_J " AND EXISTS (SELECT 1 FROM invoice_lines x "
-        "WHERE x.invoice_seq = j.seq AND x.original_period = i.period)), 0)), "
-        "i.finalized_at FROM invoices i WHERE i.account = ?1 AND +i.doc_type = 'invoice' "
-        "AND i.period < ?2 AND " LIVE_I " ORDER BY i.period",
+        "json_extract(CAST(i.doc AS TEXT), '$.period.timezone'), i.usage_seq, "
+        "i.finalized_at FROM invoices i WHERE i.account = ?1 "
+        "AND +i.doc_type = 'invoice' AND i.period < ?2 AND " LIVE_I " ORDER BY i.period",
+    /* The account's live invoices with adjustment lines (an original period
+     * set): seq, usage_seq and each period they adjust. One pass over the
+     * account's lines; asking it of each earlier invoice in turn (a
+     * subquery per history row) cost the square of the account's
+     * invoices. */
+    [INV_Q_ADJUSTED] = "SELECT DISTINCT j.seq, j.usage_seq, x.original_period FROM invoices j "
+                       "JOIN invoice_lines x ON x.invoice_seq = j.seq WHERE j.account = ?1 "
+                       "AND +j.doc_type = 'invoice' AND x.original_period != '' AND " LIVE_J,
     /* Whether usage that can change the rating of [?2, ?3) was written
      * after usage_seq ?4: an interval reaching past ?2 - ?5 and starting
      * before ?3 + ?5 (a row is at most a day long), a point inside. */

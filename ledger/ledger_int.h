@@ -928,6 +928,21 @@ tally_err ledger_grant_insert(tally_ledger *l, const tally_grant_spec *g, const 
 typedef struct inv_gatherer inv_gatherer;
 
 /* Errors: TALLY_DB, TALLY_PARSE (a stored card), TALLY_NOMEM. */
+/* One earlier live invoice of an account (inv_history). */
+typedef struct inv_past {
+    int64_t seq;
+    char period[8];
+    char timezone[64];      /* as invoiced: the account's zone may have changed since */
+    int64_t billed_to;      /* the usage_seq up to which its period is billed: its own, or that
+                               of a later live invoice carrying adjustments for it */
+    int64_t finalized_at_s; /* its invoice's: the prices it was rated with */
+} inv_past;
+
+/* The account's live invoices of periods before period, in period order,
+ * into *out (malloc'd, *n rows). Errors: TALLY_NOMEM, TALLY_DB. */
+tally_err inv_history(inv_gatherer *g, const char *account, const char *period, inv_past **out,
+                      size_t *n);
+
 tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out);
 void inv_gatherer_destroy(inv_gatherer *g);
 
@@ -943,10 +958,11 @@ typedef enum inv_query {
     INV_Q_HOURS, /* ?1 account, ?2 start, ?3 end: usage_points_hourly rows around it */
     INV_Q_COMMITMENTS,
     INV_Q_GRANTS,
-    INV_Q_LIVE,    /* ?1 account, ?2 period: the live finalized invoice */
-    INV_Q_HISTORY, /* ?1 account, ?2 period: earlier live invoices, billed-up-to seq */
-    INV_Q_LATE,    /* ?1 account, ?2 start, ?3 end, ?4 seq: later usage exists */
-    INV_Q_BILLED,  /* ?1 invoice seq, ?2 account, ?3 period: lines billed for it */
+    INV_Q_LIVE,     /* ?1 account, ?2 period: the live finalized invoice */
+    INV_Q_HISTORY,  /* ?1 account, ?2 period: earlier live invoices */
+    INV_Q_ADJUSTED, /* ?1 account: live invoices' adjusted periods */
+    INV_Q_LATE,     /* ?1 account, ?2 start, ?3 end, ?4 seq: later usage exists */
+    INV_Q_BILLED,   /* ?1 invoice seq, ?2 account, ?3 period: lines billed for it */
     INV_Q_COUNT
 } inv_query;
 

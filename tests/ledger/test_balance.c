@@ -378,6 +378,57 @@ static void test_usage_at_period_end(void **state)
     fx_close(&f);
 }
 
+/* An invoice's own usage_seq, by its seq. */
+static int64_t own_usage_seq(fx *f, int64_t seq)
+{
+    char s[24];
+    snprintf(s, sizeof s, "%" PRId64, seq);
+    return query1(f, "SELECT usage_seq FROM invoices WHERE seq = ?1", s);
+}
+
+/* inv_history (ledger/invoice_adjust.c) against the query it replaced, kept
+ * here as the reference: for every earlier live invoice, the usage_seq up
+ * to which its period is billed is its own or that of a later live invoice
+ * carrying an adjustment for the period. (Which one cannot be seen in an
+ * invoice: it only spares re-rating a period with nothing new.) Returns how
+ * many rows are billed past their own usage_seq. */
+static int expect_history(fx *f, const char *account, const char *period)
+{
+    static const char *const ref =
+        "SELECT i.seq, i.period, max(i.usage_seq, coalesce((SELECT max(j.usage_seq) "
+        "FROM invoices j WHERE j.account = i.account AND j.doc_type = 'invoice' "
+        "AND j.seq > i.seq AND NOT EXISTS (SELECT 1 FROM invoices c WHERE c.account = "
+        "j.account AND c.period = j.period AND c.doc_type = 'credit_note' AND c.refers_to = "
+        "j.id) AND EXISTS (SELECT 1 FROM invoice_lines x WHERE x.invoice_seq = j.seq AND "
+        "x.original_period = i.period)), 0)) FROM invoices i WHERE i.account = ?1 "
+        "AND i.doc_type = 'invoice' AND i.period < ?2 AND NOT EXISTS (SELECT 1 FROM invoices "
+        "c WHERE c.account = i.account AND c.period = i.period AND c.doc_type = "
+        "'credit_note' AND c.refers_to = i.id) ORDER BY i.period";
+    inv_gatherer *g = NULL;
+    assert_int_equal(inv_gatherer_create(f->l, &g), TALLY_OK);
+    inv_past *h = NULL;
+    size_t n = 0;
+    assert_int_equal(inv_history(g, account, period, &h, &n), TALLY_OK);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(f->l->db, ref, -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, period, -1, SQLITE_STATIC);
+    size_t i = 0;
+    int raised = 0;
+    for (; sqlite3_step(st) == SQLITE_ROW; i++) {
+        assert_true(i < n);
+        assert_int_equal(h[i].seq, sqlite3_column_int64(st, 0));
+        assert_string_equal(h[i].period, (const char *)sqlite3_column_text(st, 1));
+        assert_int_equal(h[i].billed_to, sqlite3_column_int64(st, 2));
+        raised += h[i].billed_to > own_usage_seq(f, h[i].seq);
+    }
+    assert_int_equal(i, n);
+    sqlite3_finalize(st);
+    free(h);
+    inv_gatherer_destroy(g);
+    return raised;
+}
+
 /* Late usage of a finalized period is billed on the next invoice as
  * adjustment lines; the balance counts them on the first open period after
  * it, whose draft shows them and whose invoice, finalized next, carries
@@ -413,6 +464,11 @@ static void test_late_usage_period(void **state)
     assert_int_equal(running(&f, "acme", "2026-02"), -1);
     assert_int_equal(running(&f, "acme", "2026-03"), 258);
     assert_int_equal(invoice(&f, "acme", "2026-03", false).subtotal_minor, 258);
+    /* February's invoice adjusted January: January is billed to its seq,
+     * before whichever period is asked */
+    assert_int_equal(expect_history(&f, "acme", "2026-04"), 1);
+    assert_int_equal(expect_history(&f, "acme", "2026-02"), 1);
+    assert_int_equal(expect_history(&f, "acme", "2026-01"), 0);
     fx_close(&f);
 }
 
@@ -440,6 +496,7 @@ static void test_void_pending_adjustments(void **state)
     tally_invoice_summary mar = invoice(&f, "acme", "2026-03", true);
     assert_int_equal(mar.subtotal_minor, 516);
     assert_int_equal(n_running(&f, "acme"), 0);
+    assert_int_equal(expect_history(&f, "acme", "2026-04"), 1); /* March adjusted January */
 
     char cn[80];
     assert_int_equal(tally_invoice_void(f.l, mar.invoice_id, "test", f.key, cn, sizeof cn),
@@ -448,6 +505,7 @@ static void test_void_pending_adjustments(void **state)
     assert_int_equal(running(&f, "acme", "2026-03"), 258);
     assert_int_equal(invoice(&f, "acme", "2026-02", false).subtotal_minor, 258);
     assert_int_equal(balance(&f, "acme").running_minor, 516);
+    assert_int_equal(expect_history(&f, "acme", "2026-04"), 0); /* March is void */
     fx_close(&f);
 }
 
