@@ -247,6 +247,25 @@ tally_err inv_history(inv_gatherer *g, const char *account, const char *period, 
     return e;
 }
 
+/* Whether the account ever had an invoice for period (INV_Q_EVER). Only
+ * adjust_period writes adjustment lines naming a period, and only for one
+ * with a live invoice; invoices are never deleted: so a period never
+ * invoiced has no adjustments to take back. */
+static tally_err invoiced_ever(inv_gatherer *g, const char *account, const char *period, bool *ever)
+{
+    sqlite3_stmt *st = inv_stmt(g, INV_Q_EVER);
+    sqlite3_bind_text(st, 1, account, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, period, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    tally_err e = TALLY_OK;
+    if (rc == SQLITE_ROW)
+        *ever = sqlite3_column_int(st, 0) != 0;
+    else
+        e = ledger_sqlite_err(inv_gatherer_ledger(g), rc);
+    sqlite3_reset(st);
+    return e;
+}
+
 /* A period invoiced afresh after its invoice was voided: its new invoice
  * rates all its usage, so adjustments for it already billed on live invoices
  * are taken back (negated) on it. Invoice seq 0 does not exist, so the
@@ -257,7 +276,12 @@ static tally_err take_back(inv_gatherer *g, const tally_account *acct, const cha
     billed_set billed = {0};
     tally_line *diff = NULL;
     size_t n_diff = 0;
-    tally_err e = load_billed(g, acct->id, 0, period, &billed);
+    bool ever = true;
+    tally_err e = invoiced_ever(g, acct->id, period, &ever);
+    if (!e && !ever) /* the common case: the billed query walks all the account's lines */
+        return TALLY_OK;
+    if (!e)
+        e = load_billed(g, acct->id, 0, period, &billed);
     if (!e && billed.n)
         e = tally_lines_diff(NULL, 0, billed.v, billed.n, period, &diff, &n_diff);
     for (size_t i = 0; !e && i < n_diff; i++)

@@ -87,6 +87,8 @@ static const char *const queries[INV_Q_COUNT] = {
         "json_extract(CAST(i.doc AS TEXT), '$.period.timezone'), i.usage_seq, "
         "i.finalized_at FROM invoices i WHERE i.account = ?1 "
         "AND +i.doc_type = 'invoice' AND i.period < ?2 AND " LIVE_I " ORDER BY i.period",
+    /* Whether the account ever had an invoice (live or void) for period ?2. */
+    [INV_Q_EVER] = "SELECT EXISTS (SELECT 1 FROM invoices WHERE account = ?1 AND period = ?2)",
     /* The account's live invoices with adjustment lines (an original period
      * set): seq, usage_seq and each period they adjust. One pass over the
      * account's lines; asking it of each earlier invoice in turn (a

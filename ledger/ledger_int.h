@@ -961,6 +961,7 @@ typedef enum inv_query {
     INV_Q_LIVE,     /* ?1 account, ?2 period: the live finalized invoice */
     INV_Q_HISTORY,  /* ?1 account, ?2 period: earlier live invoices */
     INV_Q_ADJUSTED, /* ?1 account: live invoices' adjusted periods */
+    INV_Q_EVER,     /* ?1 account, ?2 period: an invoice of it exists */
     INV_Q_LATE,     /* ?1 account, ?2 start, ?3 end, ?4 seq: later usage exists */
     INV_Q_BILLED,   /* ?1 invoice seq, ?2 account, ?3 period: lines billed for it */
     INV_Q_COUNT
