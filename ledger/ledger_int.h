@@ -927,7 +927,6 @@ tally_err ledger_grant_insert(tally_ledger *l, const tally_grant_spec *g, const 
  * prepares once, reused for every account. */
 typedef struct inv_gatherer inv_gatherer;
 
-/* Errors: TALLY_DB, TALLY_PARSE (a stored card), TALLY_NOMEM. */
 /* One earlier live invoice of an account (inv_history). */
 typedef struct inv_past {
     int64_t seq;
@@ -943,6 +942,7 @@ typedef struct inv_past {
 tally_err inv_history(inv_gatherer *g, const char *account, const char *period, inv_past **out,
                       size_t *n);
 
+/* Errors: TALLY_DB, TALLY_PARSE (a stored card), TALLY_NOMEM. */
 tally_err inv_gatherer_create(tally_ledger *l, inv_gatherer **out);
 void inv_gatherer_destroy(inv_gatherer *g);
 
