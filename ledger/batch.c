@@ -134,7 +134,6 @@ void tally_batch_destroy(tally_batch *b)
     bal_engine_destroy(b->bal_eng);
     bal_cache_destroy(b->bal_cache);
     free(b->account_names);
-    free(b->known_touch);
     free(b->items);
     free(b->arena);
     free(b->strs);

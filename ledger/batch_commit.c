@@ -197,10 +197,6 @@ static tally_err known_grow(tally_batch *b)
     if (!names)
         return TALLY_NOMEM;
     b->account_names = names;
-    struct known_touch *kt = realloc(b->known_touch, nc * sizeof *kt);
-    if (!kt)
-        return TALLY_NOMEM;
-    b->known_touch = kt;
     b->cap_accounts = nc;
     tally_err e = idx_table_reserve(&b->known_accounts, nc);
     for (size_t i = 0; e == TALLY_OK && i < b->n_accounts; i++) {
@@ -212,26 +208,20 @@ static tally_err known_grow(tally_batch *b)
 }
 
 /* Creates accounts on first sight; remembers which exist so that the ledger
- * is asked once per account, not once per event. *known: its place among
- * the known accounts. */
+ * is asked once per account, not once per event. */
 static tally_err ensure_account(tally_batch *b, const char *account, uint64_t hash,
-                                tally_account *created, uint32_t *known)
+                                tally_account *created)
 {
     acct_probe p = {b, account};
     created->id[0] = '\0';
-    int64_t i = idx_table_find(&b->known_accounts, hash, acct_eq, &p);
-    if (i >= 0) {
-        *known = (uint32_t)i;
+    if (idx_table_find(&b->known_accounts, hash, acct_eq, &p) >= 0)
         return TALLY_OK;
-    }
     tally_err e = ledger_account_ensure(b->l, account, created);
     if (e == TALLY_OK)
         e = known_grow(b);
     if (e != TALLY_OK)
         return e;
-    *known = (uint32_t)b->n_accounts;
-    snprintf(b->account_names[*known], TALLY_NAME_MAX, "%s", account);
-    b->known_touch[*known].gen = 0; /* the place may have had another account */
+    snprintf(b->account_names[b->n_accounts], TALLY_NAME_MAX, "%s", account);
     idx_table_insert(&b->known_accounts, hash, (uint32_t)b->n_accounts++);
     return TALLY_OK;
 }
@@ -263,34 +253,21 @@ static tally_err touch_grow(tally_batch *b)
     return e;
 }
 
-static void touch_widen(batch_touch *t, int64_t lo, int64_t hi)
-{
-    t->lo_s = lo < t->lo_s ? lo : t->lo_s;
-    t->hi_s = hi > t->hi_s ? hi : t->hi_s;
-}
-
 /* Remembers that ev's account got new usage, and when. */
-/* hash: of the account, as ensure_account has it (seed 1); known: its place
- * among the known accounts, whose known_touch finds its entry at once once
- * it has one; created: the account if this event's ensure_account created
- * it (id "" otherwise). Were the known accounts forgotten during the commit
- * (known_grow), touch_index still finds the entry: one per account. */
-static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash, uint32_t known,
+/* hash: of the account, as ensure_account has it (seed 1); created: the
+ * account if this event's ensure_account created it (id "" otherwise). */
+static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash,
                        const tally_account *created)
 {
     if (b->l->no_balances && !b->l->balances_in_main)
         return TALLY_OK;
-    int64_t lo = ev->time_s, hi = ev->time_s + (ev->seconds > 0 ? ev->seconds - 1 : 0);
-    struct known_touch *kt = &b->known_touch[known];
-    if (kt->gen == b->touch_gen) {
-        touch_widen(&b->touched[kt->idx], lo, hi);
-        return TALLY_OK;
-    }
     touch_probe p = {b, ev->account};
+    int64_t lo = ev->time_s, hi = ev->time_s + (ev->seconds > 0 ? ev->seconds - 1 : 0);
     int64_t i = b->touch_index.slots ? idx_table_find(&b->touch_index, hash, touch_eq, &p) : -1;
     if (i >= 0) {
-        *kt = (struct known_touch){b->touch_gen, (uint32_t)i};
-        touch_widen(&b->touched[i], lo, hi);
+        batch_touch *t = &b->touched[i];
+        t->lo_s = lo < t->lo_s ? lo : t->lo_s;
+        t->hi_s = hi > t->hi_s ? hi : t->hi_s;
         return TALLY_OK;
     }
     if (b->n_touched == b->cap_touched) {
@@ -311,7 +288,6 @@ static tally_err touch(tally_batch *b, const tally_event *ev, uint64_t hash, uin
     t->created = created->id[0] != '\0';
     if (t->created)
         t->acct = *created;
-    *kt = (struct known_touch){b->touch_gen, (uint32_t)b->n_touched};
     idx_table_insert(&b->touch_index, hash, (uint32_t)b->n_touched++);
     return TALLY_OK;
 }
@@ -481,11 +457,6 @@ static void touch_reset(tally_batch *b)
     b->n_touched = 0;
     if (b->touch_index.slots)
         idx_table_clear(&b->touch_index);
-    if (++b->touch_gen == 0) { /* wrapped: no entry may look current */
-        for (size_t i = 0; i < b->n_accounts; i++)
-            b->known_touch[i].gen = 0;
-        b->touch_gen = 1;
-    }
 }
 
 /* ---- Items ------------------------------------------------------------------- */
@@ -507,8 +478,7 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, const tally_eve
     uint64_t h[2]; /* one hash of the account for both indexes */
     tally_hash128(ev->account, strlen(ev->account), 1, h);
     tally_account created;
-    uint32_t known;
-    tally_err e = ensure_account(b, ev->account, h[0], &created, &known);
+    tally_err e = ensure_account(b, ev->account, h[0], &created);
     if (e != TALLY_OK)
         return e;
     if (ev->meter == TALLY_METER_ACCELERATOR || ev->meter == TALLY_METER_STORAGE)
@@ -518,7 +488,7 @@ static tally_err aggregate(tally_batch *b, const batch_item *it, const tally_eve
     if (e == TALLY_OK)
         ledger_chain_count(b, ev);
     if (e == TALLY_OK)
-        e = touch(b, ev, h[0], known, &created);
+        e = touch(b, ev, h[0], &created);
     if (e != TALLY_OVERFLOW)
         return e;
     /* Ten maximal traffic events in one second do not fit: quarantined,

@@ -595,12 +595,6 @@ void runs_free(tally_batch *b);
  * *bad_row. Errors: TALLY_DB. */
 tally_err runs_check_windows(tally_ledger *l, int64_t *bad_row);
 
-/* A known account's entry in the batch's touched accounts (idx), valid
- * while gen is the commit's touch_gen (batch_commit.c, touch). */
-struct known_touch {
-    uint32_t gen, idx;
-};
-
 struct tally_batch {
     tally_ledger *l;
     sqlite3_stmt *st[ST_COUNT_OF];
@@ -640,7 +634,6 @@ struct tally_batch {
     idx_table pt_index;
     idx_table known_accounts; /* hashes of accounts known to exist */
     char (*account_names)[TALLY_NAME_MAX];
-    struct known_touch *known_touch; /* beside each known account */
     size_t n_accounts, cap_accounts;
     size_t known_max; /* ACCOUNTS_KNOWN_MAX (tests set fewer) */
     int64_t seq;      /* usage_seq of this commit; 0 until usage is written */
@@ -663,7 +656,6 @@ struct tally_batch {
     struct batch_touch *touched;
     size_t n_touched, cap_touched;
     idx_table touch_index;
-    uint32_t touch_gen; /* the commit's number for known_touch; never 0 */
     /* Kept from commit to commit for those refreshes (balance_cache.c):
      * valid while no other write happened on the connection (bal_changes:
      * sqlite3_total_changes64 after the last commit) and none by another
