@@ -90,11 +90,12 @@ static const char *const queries[INV_Q_COUNT] = {
     /* Whether the account ever had an invoice (live or void) for period ?2. */
     [INV_Q_EVER] = "SELECT EXISTS (SELECT 1 FROM invoices WHERE account = ?1 AND period = ?2)",
     /* The account's live invoices with adjustment lines (an original period
-     * set): seq, usage_seq and each period they adjust. One pass over the
+     * set): seq, usage_seq and the period adjusted, a row per line (a
+     * period's largest usage_seq is all that is taken). One pass over the
      * account's lines; asking it of each earlier invoice in turn (a
      * subquery per history row) cost the square of the account's
      * invoices. */
-    [INV_Q_ADJUSTED] = "SELECT DISTINCT j.seq, j.usage_seq, x.original_period FROM invoices j "
+    [INV_Q_ADJUSTED] = "SELECT j.seq, j.usage_seq, x.original_period FROM invoices j "
                        "JOIN invoice_lines x ON x.invoice_seq = j.seq WHERE j.account = ?1 "
                        "AND +j.doc_type = 'invoice' AND x.original_period != '' AND " LIVE_J,
     /* Whether usage that can change the rating of [?2, ?3) was written
