@@ -178,21 +178,31 @@ static void fn_canon(sqlite3_context *cx, int argc, sqlite3_value **argv)
         sqlite3_free(o.p);
 }
 
-tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int n, char **buf,
-                            size_t *buf_cap, char hex[65])
+tally_err ledger_canon_row(ledger_canon *c, const char *table, sqlite3_stmt *st, int first, int n)
 {
     canon_src src = {.st = st, .first = first, .n = n};
     size_t nt = strlen(table);
-    canon_out o = {.p = *buf, .cap = *buf_cap, .grow = libc_grow};
+    canon_out o = {.p = c->p, .len = c->len, .cap = c->cap, .grow = libc_grow};
     tally_err e = reserve(&o, nt + CANON_OVERHEAD) ? TALLY_OK : TALLY_NOMEM;
     if (e == TALLY_OK) {
-        o.len = put_bytes(o.p, 't', table, nt);
+        o.len += put_bytes(o.p + o.len, 't', table, nt);
         e = canon_put(&o, &src); /* TALLY_TAMPERED on a real: the SQL check names it */
     }
-    *buf = o.p;
-    *buf_cap = o.cap;
+    c->p = o.p;
+    c->len = o.len;
+    c->cap = o.cap;
+    return e;
+}
+
+tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int n, char **buf,
+                            size_t *buf_cap, char hex[65])
+{
+    ledger_canon c = {.p = *buf, .cap = *buf_cap};
+    tally_err e = ledger_canon_row(&c, table, st, first, n);
+    *buf = c.p;
+    *buf_cap = c.cap;
     if (e == TALLY_OK)
-        tally_sha256_hex(o.p, o.len, hex);
+        tally_sha256_hex(c.p, c.len, hex);
     return e;
 }
 
@@ -269,6 +279,7 @@ static void fn_qty_final(sqlite3_context *cx)
 struct chain_conn {
     sqlite3 *db;
     sqlite3_stmt *last, *ins;
+    ledger_canon group; /* a group's canonical form (ledger_chain_group_add) */
 };
 
 static void chain_conn_free(void *p)
@@ -278,6 +289,7 @@ static void chain_conn_free(void *p)
         return;
     sqlite3_finalize(c->last);
     sqlite3_finalize(c->ins);
+    free(c->group.p);
     free(c);
 }
 
@@ -357,6 +369,22 @@ static int chain_insert(struct chain_conn *c, int64_t seq, const char *tbl, int6
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* Appends the entry of row key of table tbl (nt bytes), whose canonical
+ * form hashed to row_hash, after the chain's last entry. */
+static int chain_append(struct chain_conn *c, const char *tbl, size_t nt, int64_t key,
+                        const char row_hash[65])
+{
+    int64_t seq;
+    char prev[65], hash[65];
+    int rc = chain_last(c, &seq, prev);
+    if (rc == SQLITE_OK && ledger_chain_link(prev, strlen(prev), seq + 1, tbl, nt, key, row_hash,
+                                             64, hash) != TALLY_OK)
+        rc = SQLITE_NOMEM;
+    if (rc == SQLITE_OK)
+        rc = chain_insert(c, seq + 1, tbl, key, row_hash, hash);
+    return rc;
+}
+
 static void fn_chain_add(sqlite3_context *cx, int argc, sqlite3_value **argv)
 {
     (void)argc;
@@ -367,20 +395,90 @@ static void fn_chain_add(sqlite3_context *cx, int argc, sqlite3_value **argv)
         sqlite3_result_error(cx, "tally_chain_add: bad arguments", -1);
         return;
     }
-    int64_t key = sqlite3_value_int64(argv[1]), seq;
-    char row_hash[65], prev[65], hash[65];
+    char row_hash[65];
     tally_sha256_hex(canon, (size_t)sqlite3_value_bytes(argv[2]), row_hash);
-    int rc = chain_last(c, &seq, prev);
-    if (rc == SQLITE_OK && ledger_chain_link(prev, strlen(prev), seq + 1, (const char *)tbl,
-                                             (size_t)sqlite3_value_bytes(argv[0]), key, row_hash,
-                                             64, hash) != TALLY_OK)
-        rc = SQLITE_NOMEM;
-    if (rc == SQLITE_OK)
-        rc = chain_insert(c, seq + 1, (const char *)tbl, key, row_hash, hash);
+    int rc = chain_append(c, (const char *)tbl, (size_t)sqlite3_value_bytes(argv[0]),
+                          sqlite3_value_int64(argv[1]), row_hash);
     if (rc != SQLITE_OK)
         sqlite3_result_error_code(cx, rc);
     else
         sqlite3_result_null(cx);
+}
+
+/* A document's rows are chained as two groups: the invoice or credit note
+ * with its lines and credits, and its entry with its postings. A kid's sql
+ * reads its rows in the order verify_chain.c reads them. */
+const ledger_chain_group ledger_chain_groups[LEDGER_GROUP_COUNT] = {
+    [LEDGER_GROUP_INVOICE] =
+        {"invoice_group",
+         "invoices",
+         CHAIN_COLS_INVOICES,
+         "SELECT " CHAIN_COLS_INVOICES " FROM invoices WHERE rowid = ?1",
+         "the row, its lines or its credits",
+         {{"invoice_lines", CHAIN_COLS_INVOICE_LINES, "invoice_seq", "line_no",
+           "SELECT " CHAIN_COLS_INVOICE_LINES " FROM invoice_lines WHERE invoice_seq = ?1 "
+           "ORDER BY line_no"},
+          {"invoice_credits", CHAIN_COLS_INVOICE_CREDITS, "invoice_seq", "rowid",
+           "SELECT " CHAIN_COLS_INVOICE_CREDITS " FROM invoice_credits WHERE invoice_seq = ?1 "
+           "ORDER BY rowid"}},
+         2},
+    [LEDGER_GROUP_ENTRY] = {"entry_group",
+                            "entries",
+                            CHAIN_COLS_ENTRIES,
+                            "SELECT " CHAIN_COLS_ENTRIES " FROM entries WHERE rowid = ?1",
+                            "the row or its postings",
+                            {{"postings", CHAIN_COLS_POSTINGS, "entry_id", "rowid",
+                              "SELECT " CHAIN_COLS_POSTINGS " FROM postings WHERE rowid >= ?2 "
+                              "AND entry_id = ?1 ORDER BY rowid"}},
+                            1},
+};
+
+/* Appends the canonical form of each row sql (a cached statement, bound
+ * to key and from) reads, as rows of table. */
+static tally_err canon_rows(tally_ledger *l, ledger_canon *c, const char *table, const char *sql,
+                            int64_t key, int64_t from)
+{
+    sqlite3_stmt *st;
+    tally_err e = ledger_cached(l, sql, &st);
+    if (e != TALLY_OK)
+        return e;
+    sqlite3_bind_int64(st, 1, key);
+    if (sqlite3_bind_parameter_count(st) > 1)
+        sqlite3_bind_int64(st, 2, from);
+    int rc;
+    while (e == TALLY_OK && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        e = ledger_canon_row(c, table, st, 0, sqlite3_column_count(st));
+    if (e != TALLY_OK) {
+        (void)ledger_cached_done(l, st, SQLITE_DONE);
+        return e;
+    }
+    return ledger_cached_done(l, st, rc);
+}
+
+tally_err ledger_chain_group_add(tally_ledger *l, int g, int64_t key, int64_t kid_from)
+{
+    const ledger_chain_group *gr = &ledger_chain_groups[g];
+    struct chain_conn *c = l->chain;
+    c->group.len = 0;
+    tally_err e = canon_rows(l, &c->group, gr->table, gr->sql, key, 0);
+    if (e == TALLY_OK && c->group.len == 0) {
+        snprintf(l->errmsg, sizeof l->errmsg, "%s %lld: no row to chain", gr->table,
+                 (long long)key);
+        e = TALLY_INTERNAL;
+    }
+    for (size_t k = 0; e == TALLY_OK && k < gr->n_kids; k++)
+        e = canon_rows(l, &c->group, gr->kids[k].table, gr->kids[k].sql, key, kid_from);
+    if (e == TALLY_TAMPERED) {
+        snprintf(l->errmsg, sizeof l->errmsg, "%s %lld: a value Tally never stores", gr->table,
+                 (long long)key);
+        return e;
+    }
+    if (e != TALLY_OK)
+        return e;
+    char row_hash[65];
+    tally_sha256_hex(c->group.p, c->group.len, row_hash);
+    int rc = chain_append(c, gr->name, strlen(gr->name), key, row_hash);
+    return rc == SQLITE_OK ? TALLY_OK : ledger_sqlite_err(l, rc);
 }
 
 tally_err ledger_chain_register(tally_ledger *l)

@@ -187,6 +187,8 @@ tally_err inv_store(tally_ledger *l, const inv_doc *d, const inv_sealed *s)
         e = insert_lines(l, d, seq);
     if (!e)
         e = insert_credits(l, d, seq);
+    if (!e) /* one chain entry for the document's rows */
+        e = ledger_chain_group_add(l, LEDGER_GROUP_INVOICE, seq, 0);
     return e;
 }
 

@@ -1178,6 +1178,57 @@ tally_err ledger_chain_link(const char *prev, size_t np, int64_t seq, const char
  * stores), TALLY_NOMEM. */
 tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int n, char **buf,
                             size_t *buf_cap, char hex[65]);
+/* A canonical form being built: len bytes of cap at p (libc's realloc;
+ * the owner frees p). */
+typedef struct ledger_canon {
+    char *p;
+    size_t len, cap;
+} ledger_canon;
+/* Appends tally_canon(table, the n columns of st's current row from first)
+ * to c. Errors: TALLY_TAMPERED (a real number), TALLY_NOMEM. */
+tally_err ledger_canon_row(ledger_canon *c, const char *table, sqlite3_stmt *st, int first, int n);
+
+/* The columns of the chained tables a document writes, in the order their
+ * canonical forms take them (schemas/009_chain.sql). */
+#define CHAIN_COLS_ENTRIES  "id, kind, ref, created_at"
+#define CHAIN_COLS_POSTINGS "id, entry_id, ledger_acct, currency, debit_minor, credit_minor"
+#define CHAIN_COLS_INVOICES                                                                        \
+    "seq, id, doc_type, year, number, account, period, currency, subtotal_minor, "                 \
+    "credits_minor, amount_due_minor, refers_to, reason, usage_seq, doc, hash, prev_hash, "        \
+    "signature, finalized_at"
+#define CHAIN_COLS_INVOICE_LINES                                                                   \
+    "invoice_seq, line_no, kind, meter, pricing, migration, sku, dim2, quantity, "                 \
+    "unit_price_nano, amount_minor, original_period, adjusts"
+#define CHAIN_COLS_INVOICE_CREDITS "invoice_seq, grant_id, line_no, amount_minor"
+
+/* A table whose rows join the chain with their parent's (a group). */
+typedef struct ledger_chain_kid {
+    const char *table, *cols;
+    const char *key;   /* the column naming the parent's rowid */
+    const char *order; /* the column ordering a parent's rows */
+    const char *sql;   /* cols of one parent's rows in order: ?1 the parent's
+                          rowid, ?2 the lowest rowid that may hold one */
+} ledger_chain_kid;
+
+/* A group (schemas/017_chain_groups.sql): one chain entry, tbl = name and
+ * row_key = the parent's rowid, whose row_hash is the SHA-256 of the
+ * parent's canonical form followed by each kid table's rows' in order. */
+typedef struct ledger_chain_group {
+    const char *name;
+    const char *table, *cols, *sql; /* the parent; sql: its row, ?1 its rowid */
+    const char *what;               /* what the entry covers, for messages */
+    ledger_chain_kid kids[2];
+    size_t n_kids;
+} ledger_chain_group;
+
+enum { LEDGER_GROUP_INVOICE, LEDGER_GROUP_ENTRY, LEDGER_GROUP_COUNT };
+extern const ledger_chain_group ledger_chain_groups[LEDGER_GROUP_COUNT];
+
+/* Appends the chain entry of group g for the parent row key, whose kids
+ * were written at rowids >= kid_from. Inside the writer's transaction,
+ * after the parent and all its kids. Errors: as ledger_sqlite_err,
+ * TALLY_NOMEM. */
+tally_err ledger_chain_group_add(tally_ledger *l, int g, int64_t key, int64_t kid_from);
 /* Finalizes the chain's cached statements; before closing l->db. */
 void ledger_chain_close(tally_ledger *l);
 /* Counts one new usage event into b's totals for the chain. */

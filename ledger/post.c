@@ -3,8 +3,10 @@
  * The caller passes signed amounts (positive debit, negative credit); they
  * must sum to zero, checked here before anything is written, so an
  * unbalanced entry can never reach the table. The balances table follows by
- * trigger (schemas/001_init.sql). */
+ * trigger (schemas/001_init.sql); the entry and its postings join the
+ * ledger's chain as one group (schemas/017_chain_groups.sql). */
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,9 +40,11 @@ static tally_err insert_entry(tally_ledger *l, const char *kind, const char *ref
     return ledger_cached_done(l, st, rc);
 }
 
+/* *first: the rowid of the first posting written (INT64_MAX: none). */
 static tally_err insert_legs(tally_ledger *l, int64_t entry_id, const char *currency,
-                             const ledger_posting *p, size_t n)
+                             const ledger_posting *p, size_t n, int64_t *first)
 {
+    *first = INT64_MAX;
     sqlite3_stmt *st;
     tally_err e = ledger_cached(l,
                                 "INSERT INTO postings(entry_id, ledger_acct, currency, "
@@ -58,6 +62,8 @@ static tally_err insert_legs(tally_ledger *l, int64_t entry_id, const char *curr
         int rc = sqlite3_step(st);
         if (rc != SQLITE_DONE)
             e = ledger_sqlite_err(l, rc);
+        else if (*first == INT64_MAX)
+            *first = sqlite3_last_insert_rowid(l->db);
         sqlite3_reset(st);
     }
     if (st) /* hands the statement back (the loop reported any error) */
@@ -77,9 +83,12 @@ tally_err ledger_post(tally_ledger *l, const char *kind, const char *ref, const 
     tally_err e = ledger_cached_exec(l, "SAVEPOINT ledger_post", false);
     if (e != TALLY_OK)
         return e;
+    int64_t first = INT64_MAX;
     e = insert_entry(l, kind, ref, &entry_id);
     if (e == TALLY_OK)
-        e = insert_legs(l, entry_id, currency, p, n);
+        e = insert_legs(l, entry_id, currency, p, n, &first);
+    if (e == TALLY_OK) /* one chain entry for the entry and its postings */
+        e = ledger_chain_group_add(l, LEDGER_GROUP_ENTRY, entry_id, first);
     if (e != TALLY_OK) /* quiet: l->errmsg keeps the failure's message */
         (void)ledger_cached_exec(l, "ROLLBACK TO ledger_post", true);
     tally_err r = ledger_cached_exec(l, "RELEASE ledger_post", e != TALLY_OK);

@@ -108,25 +108,31 @@ static int sql_equal(const char *a, size_t alen, const char *b, size_t blen)
     }
 }
 
-/* The next "CREATE TRIGGER name ... END" in a migration's text from *pos: its
- * name and statement (without the ';'). Returns 0 when there is none. */
+/* The next "CREATE TRIGGER name ... END" or "DROP TRIGGER [IF EXISTS] name;" in a
+ * migration's text from *pos: its name and, for a CREATE, its statement
+ * (without the ';'; *stmt NULL for a DROP). Returns 0 when there is none. */
 static int next_schema_trigger(const char **pos, char *name, size_t cap, const char **stmt,
                                size_t *len)
 {
-    static const char kw[] = "CREATE TRIGGER ";
-    const char *s = strstr(*pos, kw);
+    static const char kw[] = "CREATE TRIGGER ", drop[] = "DROP TRIGGER ";
+    const char *s = strstr(*pos, kw), *d = strstr(*pos, drop);
+    bool is_drop = d && (!s || d < s);
+    if (is_drop)
+        s = d;
     if (!s)
         return 0;
-    const char *n = s + sizeof kw - 1;
-    size_t nl = strcspn(n, " \n\t");
-    const char *end = strstr(n, "END;");
+    const char *n = s + (is_drop ? sizeof drop : sizeof kw) - 1;
+    if (is_drop && strncmp(n, "IF EXISTS ", 10) == 0)
+        n += 10;
+    size_t nl = strcspn(n, is_drop ? " \n\t;" : " \n\t");
+    const char *end = is_drop ? n + nl : strstr(n, "END;");
     if (!end || nl == 0 || nl >= cap)
         return 0;
     memcpy(name, n, nl);
     name[nl] = '\0';
-    *stmt = s;
-    *len = (size_t)(end + 3 - s);
-    *pos = end + 4;
+    *stmt = is_drop ? NULL : s;
+    *len = is_drop ? 0 : (size_t)(end + 3 - s);
+    *pos = is_drop ? end : end + 4;
     return 1;
 }
 
@@ -159,6 +165,12 @@ static size_t schema_triggers(want_trigger *t)
             size_t i = 0;
             while (i < n && strcmp(t[i].name, name) != 0)
                 i++;
+            if (!stmt) { /* dropped: no longer wanted */
+                if (i < n)
+                    memmove(&t[i], &t[i + 1], (n - i - 1) * sizeof *t);
+                n -= i < n;
+                continue;
+            }
             if (i == MAX_TRIGGERS)
                 return 0;
             n += i == n;

@@ -8,52 +8,56 @@
 #include <string.h>
 
 #include "ledger_int.h"
+#include "tally/sign.h"
 
 /* A covered table: its columns in the order the migration hashes them, how
- * a row is named, and how a row that is gone is named. */
+ * a row is named, and how a row that is gone is named; for a table of a
+ * group (schemas/017_chain_groups.sql), the group and the column naming
+ * the group's parent (rowid for the parent's own table). */
 typedef struct chain_table {
     const char *name, *cols, *desc, *gone;
+    const ledger_chain_group *group; /* NULL: none */
+    const char *key;
 } chain_table;
 
 static const chain_table tables[] = {
     {"usage_batches", "seq, meter, events, qty, created_at",
-     "'usage batch ' || t.seq || ' (meter ' || t.meter || ')'", "usage batch row"},
-    {"accounts", "id, currency, timezone, name, created_at", "'account ' || t.id", "account"},
+     "'usage batch ' || t.seq || ' (meter ' || t.meter || ')'", "usage batch row", NULL, NULL},
+    {"accounts", "id, currency, timezone, name, created_at", "'account ' || t.id", "account", NULL,
+     NULL},
     {"ratecards", "id, currency, effective_from, body, loaded_at, entered_at",
-     "'rate card ' || t.id", "rate card"},
+     "'rate card ' || t.id", "rate card", NULL, NULL},
     {"spot_prices", "id, sku, from_s, price_nano, origin, created_at, entered_at",
-     "'spot price ' || t.id || ' (' || t.sku || ')'", "spot price"},
+     "'spot price ' || t.id || ' (' || t.sku || ')'", "spot price", NULL, NULL},
     {"commitments", "id, account, sku, cards, from_s, to_s, created_at", "'commitment ' || t.id",
-     "commitment"},
+     "commitment", NULL, NULL},
     {"grants",
      "id, account, kind, amount_minor, currency, priority, effective_s, expires_s, scope, "
      "created_at",
-     "'grant ' || t.id", "grant"},
-    {"entries", "id, kind, ref, created_at",
-     "'entry ' || t.id || ' (' || t.kind || ' ' || t.ref || ')'", "entry"},
-    {"postings", "id, entry_id, ledger_acct, currency, debit_minor, credit_minor",
-     "'posting ' || t.id || ' (entry ' || t.entry_id || ', ' || t.ledger_acct || ')'", "posting"},
-    {"invoices",
-     "seq, id, doc_type, year, number, account, period, currency, subtotal_minor, "
-     "credits_minor, amount_due_minor, refers_to, reason, usage_seq, doc, hash, prev_hash, "
-     "signature, finalized_at",
+     "'grant ' || t.id", "grant", NULL, NULL},
+    {"entries", CHAIN_COLS_ENTRIES, "'entry ' || t.id || ' (' || t.kind || ' ' || t.ref || ')'",
+     "entry", &ledger_chain_groups[LEDGER_GROUP_ENTRY], "rowid"},
+    {"postings", CHAIN_COLS_POSTINGS,
+     "'posting ' || t.id || ' (entry ' || t.entry_id || ', ' || t.ledger_acct || ')'", "posting",
+     &ledger_chain_groups[LEDGER_GROUP_ENTRY], "entry_id"},
+    {"invoices", CHAIN_COLS_INVOICES,
      "CASE t.doc_type WHEN 'invoice' THEN 'invoice ' ELSE 'credit note ' END || t.id",
-     "invoice or credit note with seq"},
-    {"invoice_lines",
-     "invoice_seq, line_no, kind, meter, pricing, migration, sku, dim2, quantity, "
-     "unit_price_nano, amount_minor, original_period, adjusts",
-     "'invoice line ' || t.invoice_seq || '/' || t.line_no", "invoice line with rowid"},
-    {"invoice_credits", "invoice_seq, grant_id, line_no, amount_minor",
+     "invoice or credit note with seq", &ledger_chain_groups[LEDGER_GROUP_INVOICE], "rowid"},
+    {"invoice_lines", CHAIN_COLS_INVOICE_LINES,
+     "'invoice line ' || t.invoice_seq || '/' || t.line_no", "invoice line with rowid",
+     &ledger_chain_groups[LEDGER_GROUP_INVOICE], "invoice_seq"},
+    {"invoice_credits", CHAIN_COLS_INVOICE_CREDITS,
      "'invoice credit ' || t.invoice_seq || '/' || t.grant_id || '/' || t.line_no",
-     "invoice credit with rowid"},
+     "invoice credit with rowid", &ledger_chain_groups[LEDGER_GROUP_INVOICE], "invoice_seq"},
     {"outbox", "id, event_id, type, subject, payload, created_at", "'outbox event ' || t.event_id",
-     "outbox row"},
+     "outbox row", NULL, NULL},
     {"account_limits", "account, low_balance_minor, stop_at_minor, release_after_s, updated_at",
-     "'limits of account ' || t.account", "account limits row"},
+     "'limits of account ' || t.account", "account limits row", NULL, NULL},
     {"offset_gaps",
      "id, topic, partition, from_offset, to_offset, kind, stored_next, log_start, log_end, "
      "created_at, state",
-     "'offset gap ' || t.id || ' (' || t.topic || '/' || t.partition || ')'", "offset gap"},
+     "'offset gap ' || t.id || ' (' || t.topic || '/' || t.partition || ')'", "offset gap", NULL,
+     NULL},
 };
 
 /* "t.a, t.b, ..." for "a, b, ...". */
@@ -88,17 +92,27 @@ static tally_err changed_sql(const chain_table *t, tally_buf *b)
     return e;
 }
 
-/* A covered row the chain never recorded: written around Tally. */
+/* A covered row the chain never recorded, neither by an entry of its own
+ * nor by its parent's group: written around Tally. */
 static tally_err unchained_sql(const chain_table *t, tally_buf *b)
 {
-    return tally_buf_printf(b,
-                            "SELECT %s || ': not in the ledger chain (written around Tally)' "
-                            "FROM %s t WHERE NOT EXISTS (SELECT 1 FROM ledger_chain c WHERE "
-                            "c.tbl = '%s' AND c.row_key = t.rowid) ORDER BY t.rowid LIMIT 1",
-                            t->desc, t->name, t->name);
+    tally_err e = tally_buf_printf(b,
+                                   "SELECT %s || ': not in the ledger chain (written around "
+                                   "Tally)' FROM %s t WHERE NOT EXISTS (SELECT 1 FROM "
+                                   "ledger_chain c WHERE c.tbl = '%s' AND c.row_key = t.rowid)",
+                                   t->desc, t->name, t->name);
+    if (e == TALLY_OK && t->group)
+        e = tally_buf_printf(b,
+                             " AND NOT EXISTS (SELECT 1 FROM ledger_chain g WHERE g.tbl = '%s' "
+                             "AND g.row_key = t.%s)",
+                             t->group->name, t->key);
+    return e ? e : tally_buf_puts(b, " ORDER BY t.rowid LIMIT 1");
 }
 
 #define N_TABLES (sizeof tables / sizeof *tables)
+/* The entries kept from the links' pass: the covered tables', then the
+ * groups'. */
+#define N_ENTS (N_TABLES + LEDGER_GROUP_COUNT)
 
 /* One chain entry of a covered table, kept from the links' pass (which
  * reads the whole chain anyway) for the rows' pass. */
@@ -115,12 +129,26 @@ typedef struct chain_ents {
     bool sorted; /* by (row_key, seq) */
 } chain_ents;
 
+static bool name_is(const char *name, const char *tbl, size_t nt)
+{
+    return strlen(name) == nt && memcmp(name, tbl, nt) == 0;
+}
+
+/* Where the entries of chain table tbl are kept in the links' pass, or -1. */
 static int table_index(const char *tbl, size_t nt)
 {
     for (size_t i = 0; i < N_TABLES; i++)
-        if (strlen(tables[i].name) == nt && memcmp(tables[i].name, tbl, nt) == 0)
+        if (name_is(tables[i].name, tbl, nt))
             return (int)i;
+    for (size_t g = 0; g < LEDGER_GROUP_COUNT; g++)
+        if (name_is(ledger_chain_groups[g].name, tbl, nt))
+            return (int)(N_TABLES + g);
     return -1;
+}
+
+static const chain_ents *group_ents(const chain_ents *ents, const ledger_chain_group *g)
+{
+    return &ents[N_TABLES + (size_t)(g - ledger_chain_groups)];
 }
 
 /* Each byte's value as a lower-case hex digit, plus one (0: not one). */
@@ -168,6 +196,27 @@ static int by_row(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+static void sort_ents(chain_ents *ents)
+{
+    if (!ents->sorted)
+        qsort(ents->e, ents->n, sizeof *ents->e, by_row);
+    ents->sorted = true;
+}
+
+/* Whether sorted entries hold one for row key. */
+static bool has_entry(const chain_ents *ents, int64_t key)
+{
+    size_t lo = 0, hi = ents->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ents->e[mid].row_key < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < ents->n && ents->e[lo].row_key == key;
+}
+
 /* A query the fast pass said must name a row (TALLY_INTERNAL if it does
  * not: the two would disagree). */
 static tally_err must_name(vctx *v, const char *sql, const char *table)
@@ -196,12 +245,12 @@ static tally_err row_matches(const chain_table *t, sqlite3_stmt *st, int ncols,
  * row's latest entry is the last of its run. *changed: a latest entry's row
  * is gone or hashes otherwise (the pass stops there); *unchained: a row has
  * no entry at all. */
-static tally_err rows_pass(vctx *v, const chain_table *t, chain_ents *ents, tally_buf *sql,
+static tally_err rows_pass(vctx *v, const chain_table *t, chain_ents *all, tally_buf *sql,
                            char **buf, size_t *buf_cap, bool *changed, bool *unchained)
 {
     *changed = *unchained = false;
-    if (!ents->sorted)
-        qsort(ents->e, ents->n, sizeof *ents->e, by_row);
+    chain_ents *ents = &all[t - tables];
+    sort_ents(ents);
     int ncols = 1;
     for (const char *c = t->cols; *c; c++)
         ncols += *c == ',';
@@ -209,6 +258,8 @@ static tally_err rows_pass(vctx *v, const chain_table *t, chain_ents *ents, tall
     tally_err e = tally_buf_puts(sql, "SELECT rowid, ");
     if (!e)
         e = tally_buf_puts(sql, t->cols);
+    if (!e && t->group) /* the group's parent after the columns */
+        e = tally_buf_printf(sql, ", %s", t->key);
     if (!e)
         e = tally_buf_printf(sql, " FROM %s ORDER BY rowid", t->name);
     if (e)
@@ -225,7 +276,10 @@ static tally_err rows_pass(vctx *v, const chain_table *t, chain_ents *ents, tall
             break;
         }
         if (i == ents->n || ents->e[i].row_key != rowid) {
-            *unchained = true;
+            /* no entry of its own: its parent's group must cover it */
+            if (!t->group ||
+                !has_entry(group_ents(all, t->group), sqlite3_column_int64(st, ncols + 1)))
+                *unchained = true;
             continue;
         }
         while (i + 1 < ents->n && ents->e[i + 1].row_key == rowid)
@@ -249,7 +303,7 @@ static tally_err rows_pass(vctx *v, const chain_table *t, chain_ents *ents, tall
  * never recorded; only when the pass in C finds either does the query run
  * that names the first (so the message is the SQL's, in its order). */
 static tally_err check_table(vctx *v, const chain_table *t, chain_ents *ents, tally_buf *sql,
-                             char **buf, size_t *buf_cap)
+                             char **buf, size_t *buf_cap) /* ents: all of them */
 {
     bool changed, unchained;
     tally_err e = rows_pass(v, t, ents, sql, buf, buf_cap, &changed, &unchained);
@@ -257,6 +311,135 @@ static tally_err check_table(vctx *v, const chain_table *t, chain_ents *ents, ta
         tally_buf_reset(sql);
         e = changed ? changed_sql(t, sql) : unchained_sql(t, sql);
         return e ? verify_fail(v, e, "out of memory") : must_name(v, sql->data, t->name);
+    }
+    return e;
+}
+
+/* ---- Groups (schemas/017_chain_groups.sql) ---- */
+
+/* A group's table read in the parents' order: the parent's rowid (or the
+ * kid's key) in column 0, then the columns the canonical form takes. */
+typedef struct group_cur {
+    sqlite3_stmt *st;
+    int rc, ncols;
+} group_cur;
+
+static tally_err cur_open(vctx *v, tally_buf *sql, group_cur *c, const char *key, const char *cols,
+                          const char *table, const char *order)
+{
+    tally_buf_reset(sql);
+    tally_err e = tally_buf_printf(sql, "SELECT %s, %s FROM %s ORDER BY %s%s%s", key, cols, table,
+                                   key, order ? ", " : "", order ? order : "");
+    if (e)
+        return verify_fail(v, e, "out of memory");
+    if ((e = ledger_prepare(v->l, sql->data, &c->st)))
+        return verify_fail(v, e, "ledger database: %s", tally_ledger_errmsg(v->l));
+    c->ncols = sqlite3_column_count(c->st) - 1;
+    c->rc = sqlite3_step(c->st);
+    return TALLY_OK;
+}
+
+/* Steps c past its rows of parents before key. */
+static void cur_seek(group_cur *c, int64_t key)
+{
+    while (c->rc == SQLITE_ROW && sqlite3_column_int64(c->st, 0) < key)
+        c->rc = sqlite3_step(c->st);
+}
+
+static bool cur_at(const group_cur *c, int64_t key)
+{
+    return c->rc == SQLITE_ROW && sqlite3_column_int64(c->st, 0) == key;
+}
+
+static const chain_table *table_named(const char *name)
+{
+    for (size_t i = 0; i < N_TABLES; i++)
+        if (strcmp(tables[i].name, name) == 0)
+            return &tables[i];
+    return NULL;
+}
+
+/* Names the parent of a group entry that no longer hashes as recorded. */
+static tally_err group_changed(vctx *v, const ledger_chain_group *g, tally_buf *sql, int64_t key,
+                               int64_t seq)
+{
+    const chain_table *t = table_named(g->table);
+    sqlite3_stmt *st = NULL;
+    tally_buf_reset(sql);
+    tally_err e = tally_buf_printf(sql, "SELECT %s FROM %s t WHERE t.rowid = ?1", t->desc, t->name);
+    if (!e)
+        e = ledger_prepare(v->l, sql->data, &st);
+    if (e) {
+        sqlite3_finalize(st);
+        return verify_fail(v, e, "ledger database: %s", tally_ledger_errmsg(v->l));
+    }
+    sqlite3_bind_int64(st, 1, key);
+    const unsigned char *name = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    e = verify_fail(v, TALLY_TAMPERED, "%s: changed since chain entry %lld recorded it (%s)",
+                    name ? (const char *)name : t->name, (long long)seq, g->what);
+    sqlite3_finalize(st);
+    return e;
+}
+
+/* Whether the group of the parent at cursor 0 and its kids' rows at the
+ * other cursors hashes to what entry ent recorded; the kids' cursors step
+ * past the parent's rows. */
+static tally_err group_matches(const ledger_chain_group *g, group_cur *cur, const chain_ent *ent,
+                               ledger_canon *canon, bool *same)
+{
+    canon->len = 0;
+    tally_err e = ledger_canon_row(canon, g->table, cur[0].st, 1, cur[0].ncols);
+    for (size_t k = 0; k < g->n_kids; k++) {
+        group_cur *c = &cur[1 + k];
+        cur_seek(c, ent->row_key);
+        for (; cur_at(c, ent->row_key); c->rc = sqlite3_step(c->st))
+            if (e == TALLY_OK)
+                e = ledger_canon_row(canon, g->kids[k].table, c->st, 1, c->ncols);
+    }
+    if (e == TALLY_NOMEM)
+        return e;
+    char hex[65];
+    unsigned char raw[32];
+    if (e == TALLY_OK)
+        tally_sha256_hex(canon->p, canon->len, hex);
+    *same = e == TALLY_OK && ent->hex_ok && unhex32(hex, 64, raw) &&
+            memcmp(raw, ent->row_hash, sizeof raw) == 0;
+    return TALLY_OK;
+}
+
+/* Each parent's latest group entry against the parent and its kids as
+ * they are now: one pass over each table in the parents' order. */
+static tally_err check_group(vctx *v, const ledger_chain_group *g, const chain_ents *ents,
+                             tally_buf *sql, ledger_canon *canon)
+{
+    group_cur cur[3] = {{0}};
+    tally_err e = cur_open(v, sql, &cur[0], "rowid", g->cols, g->table, NULL);
+    for (size_t k = 0; !e && k < g->n_kids; k++)
+        e = cur_open(v, sql, &cur[1 + k], g->kids[k].key, g->kids[k].cols, g->kids[k].table,
+                     g->kids[k].order);
+    for (size_t i = 0; !e && i < ents->n; i++) {
+        const chain_ent *ent = &ents->e[i];
+        if (i + 1 < ents->n && ents->e[i + 1].row_key == ent->row_key)
+            continue; /* not the parent's latest */
+        cur_seek(&cur[0], ent->row_key);
+        bool same = false;
+        if (!cur_at(&cur[0], ent->row_key)) { /* gone, or a read error (reported below) */
+            if (cur[0].rc == SQLITE_ROW || cur[0].rc == SQLITE_DONE)
+                e = verify_fail(
+                    v, TALLY_TAMPERED, "%s %lld: deleted (chain entry %lld recorded it)",
+                    table_named(g->table)->gone, (long long)ent->row_key, (long long)ent->seq);
+            break;
+        }
+        if ((e = group_matches(g, cur, ent, canon, &same)))
+            e = verify_fail(v, e, "out of memory");
+        else if (!same)
+            e = group_changed(v, g, sql, ent->row_key, ent->seq);
+    }
+    for (size_t k = 0; k <= g->n_kids; k++) {
+        if (!e && cur[k].rc != SQLITE_ROW && cur[k].rc != SQLITE_DONE)
+            e = verify_fail(v, ledger_sqlite_err(v->l, cur[k].rc), "ledger database: %s",
+                            tally_ledger_errmsg(v->l));
+        sqlite3_finalize(cur[k].st);
     }
     return e;
 }
@@ -369,19 +552,24 @@ static tally_err verify_windows(vctx *v)
 
 tally_err verify_chain(vctx *v)
 {
-    chain_ents ents[N_TABLES];
-    for (size_t i = 0; i < N_TABLES; i++)
+    chain_ents ents[N_ENTS];
+    for (size_t i = 0; i < N_ENTS; i++)
         ents[i] = (chain_ents){.sorted = true};
     tally_err err = check_links(v, ents);
     tally_buf sql;
     tally_buf_init(&sql, 0);
     char *buf = NULL;
     size_t buf_cap = 0;
+    for (size_t g = 0; g < LEDGER_GROUP_COUNT; g++)
+        sort_ents(&ents[N_TABLES + g]);
     for (size_t i = 0; err == TALLY_OK && i < N_TABLES; i++)
-        err = check_table(v, &tables[i], &ents[i], &sql, &buf, &buf_cap);
-    for (size_t i = 0; i < N_TABLES; i++)
+        err = check_table(v, &tables[i], ents, &sql, &buf, &buf_cap);
+    ledger_canon canon = {.p = buf, .cap = buf_cap};
+    for (size_t g = 0; err == TALLY_OK && g < LEDGER_GROUP_COUNT; g++)
+        err = check_group(v, &ledger_chain_groups[g], &ents[N_TABLES + g], &sql, &canon);
+    for (size_t i = 0; i < N_ENTS; i++)
         free(ents[i].e);
-    free(buf);
+    free(canon.p);
     tally_buf_release(&sql);
     if (err == TALLY_OK)
         err = verify_sql(v, usage_sql);

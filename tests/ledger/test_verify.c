@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../ledger/ledger_int.h"
 #include "testutil.h"
 #include "tally/sign.h"
 #include "tally/ledger_sql.h"
@@ -132,7 +133,21 @@ static void insert_doc(tally_ledger *l, int seq, const tdoc *d, const char *doc,
     tally_buf_release(&sql);
 }
 
-static tally_ledger *build(enum variant v)
+/* Chains the fixture's entries, postings, documents, lines and credits a
+ * row each, as the triggers of migration 9 did before migration 17. */
+static const char legacy_chain_sql[] =
+    "SELECT tally_chain_add('entries', rowid, tally_canon('entries', " CHAIN_COLS_ENTRIES
+    ")) FROM entries;"
+    "SELECT tally_chain_add('postings', rowid, tally_canon('postings', " CHAIN_COLS_POSTINGS
+    ")) FROM postings;"
+    "SELECT tally_chain_add('invoices', rowid, tally_canon('invoices', " CHAIN_COLS_INVOICES
+    ")) FROM invoices;"
+    "SELECT tally_chain_add('invoice_lines', rowid, "
+    "tally_canon('invoice_lines', " CHAIN_COLS_INVOICE_LINES ")) FROM invoice_lines;"
+    "SELECT tally_chain_add('invoice_credits', rowid, "
+    "tally_canon('invoice_credits', " CHAIN_COLS_INVOICE_CREDITS ")) FROM invoice_credits;";
+
+static tally_ledger *build_as(enum variant v, bool legacy)
 {
     static int n;
     char path[700];
@@ -164,7 +179,22 @@ static tally_ledger *build(enum variant v)
     tally_buf_release(&doc);
     if (tally_ledger_exec(l, rows_sql) != TALLY_OK)
         fail_msg("rows: %s", tally_ledger_errmsg(l));
+    if (legacy) {
+        if (tally_ledger_exec(l, legacy_chain_sql) != TALLY_OK)
+            fail_msg("legacy chain: %s", tally_ledger_errmsg(l));
+        return l;
+    }
+    /* chained as Tally's writers chain them (schemas/017_chain_groups.sql) */
+    for (int64_t e = 1; e <= 4; e++)
+        assert_int_equal(ledger_chain_group_add(l, LEDGER_GROUP_ENTRY, e, 0), TALLY_OK);
+    for (int64_t seq = 1; seq <= 3; seq++)
+        assert_int_equal(ledger_chain_group_add(l, LEDGER_GROUP_INVOICE, seq, 0), TALLY_OK);
     return l;
+}
+
+static tally_ledger *build(enum variant v)
+{
+    return build_as(v, false);
 }
 
 static void write_text(const char *path, const char *text)
@@ -542,6 +572,69 @@ static void test_chain_and_sums(void **state)
     expect(l, key, TALLY_TAMPERED, "invoice INV-2026-000002: its credit rows sum to 5");
 }
 
+/* A document's rows are chained as two groups (the document with its lines
+ * and credits; its entry with its postings): an edit of any of them that
+ * no other check sees changes its group's hash. Rows chained one by one
+ * before migration 17 are checked one by one, and a row covered neither
+ * way was written around Tally. */
+#define LINES_GUARD                                                                                \
+    "CREATE TRIGGER invoice_lines_no_update BEFORE UPDATE ON invoice_lines\n"                      \
+    "BEGIN SELECT RAISE(ABORT, 'finalized invoice lines are immutable'); END;"
+#define POSTINGS_GUARD                                                                             \
+    "CREATE TRIGGER postings_no_update BEFORE UPDATE ON postings\n"                                \
+    "BEGIN SELECT RAISE(ABORT, 'postings are append-only'); END;"
+#define ENTRIES_GUARD                                                                              \
+    "CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries\n"                                  \
+    "BEGIN SELECT RAISE(ABORT, 'entries are append-only'); END;"
+#define EDIT_LINE_PERIOD                                                                           \
+    "DROP TRIGGER invoice_lines_no_update; UPDATE invoice_lines SET original_period = '2026-01' "  \
+    "WHERE invoice_seq = 1 AND line_no = 2;" LINES_GUARD
+#define ZERO_LINE_ADDED                                                                            \
+    "INSERT INTO invoice_lines(invoice_seq, line_no, kind, meter, pricing, migration, sku, dim2, " \
+    "quantity, unit_price_nano, amount_minor) VALUES (2, 2, 'usage', 1, 0, 0, 'ssd', '', '0', "    \
+    "500000000, 0);"
+
+static void test_chain_groups(void **state)
+{
+    (void)state;
+    static const struct {
+        bool legacy;
+        const char *sql, *want;
+    } cases[] = {
+        /* a line's original period: the sums and the document checks pass */
+        {false, EDIT_LINE_PERIOD,
+         "invoice INV-2026-000001: changed since chain entry 7 recorded it (the row, its lines "
+         "or its credits)"},
+        {true, EDIT_LINE_PERIOD, "invoice line 1/2: changed since chain entry"},
+        {false, ZERO_LINE_ADDED, "invoice INV-2026-000002: changed since chain entry 8 recorded"},
+        {true, ZERO_LINE_ADDED, "invoice line 2/2: not in the ledger chain (written around Tally)"},
+        {false,
+         "INSERT INTO invoice_credits(invoice_seq, grant_id, line_no, amount_minor) "
+         "VALUES (3, 1, 1, 0);",
+         "credit note CN-2026-000001: changed since chain entry 9 recorded it"},
+        {false,
+         "DROP TRIGGER entries_no_update; UPDATE entries SET created_at = 5 WHERE id = "
+         "3;" ENTRIES_GUARD,
+         "entry 3 (invoice INV-2026-000002): changed since chain entry 5 recorded it (the row or "
+         "its postings)"},
+        /* a posting renumbered: the sums and the balances still agree */
+        {false,
+         "DROP TRIGGER postings_no_update; UPDATE postings SET id = 99 WHERE id = "
+         "9;" POSTINGS_GUARD,
+         "entry 4 (void CN-2026-000001): changed since chain entry 6 recorded it"},
+        {true,
+         "DROP TRIGGER postings_no_update; UPDATE postings SET id = 99 WHERE id = "
+         "9;" POSTINGS_GUARD,
+         "posting 9: deleted (chain entry"},
+    };
+    expect(build_as(V_GOOD, true), key, TALLY_OK, "3 documents chained and signed");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tally_ledger *l = build_as(V_GOOD, cases[i].legacy);
+        exec_ok(l, cases[i].sql);
+        expect(l, key, TALLY_TAMPERED, cases[i].want);
+    }
+}
+
 static void test_numbering(void **state)
 {
     (void)state;
@@ -565,7 +658,7 @@ int main(void)
         cmocka_unit_test(test_double_entry),          cmocka_unit_test(test_documents),
         cmocka_unit_test(test_chain_and_sums),        cmocka_unit_test(test_numbering),
         cmocka_unit_test(test_failure_order),         cmocka_unit_test(test_two_connections),
-        cmocka_unit_test(test_writer_holds_the_lock),
+        cmocka_unit_test(test_writer_holds_the_lock), cmocka_unit_test(test_chain_groups),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
