@@ -194,18 +194,6 @@ tally_err ledger_canon_row(ledger_canon *c, const char *table, sqlite3_stmt *st,
     return e;
 }
 
-tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int n, char **buf,
-                            size_t *buf_cap, char hex[65])
-{
-    ledger_canon c = {.p = *buf, .cap = *buf_cap};
-    tally_err e = ledger_canon_row(&c, table, st, first, n);
-    *buf = c.p;
-    *buf_cap = c.cap;
-    if (e == TALLY_OK)
-        tally_sha256_hex(c.p, c.len, hex);
-    return e;
-}
-
 static void fn_sha256(sqlite3_context *cx, int argc, sqlite3_value **argv)
 {
     (void)argc;

@@ -1171,13 +1171,6 @@ tally_err ledger_chain_register(tally_ledger *l);
  * TALLY_NOMEM. */
 tally_err ledger_chain_link(const char *prev, size_t np, int64_t seq, const char *tbl, size_t nt,
                             int64_t key, const char *row_hash, size_t nr, char hash[65]);
-/* The hex SHA-256 of tally_canon(table, the n columns of st's current row
- * from first): a covered row's row_hash, as its trigger computed it. *buf
- * (*buf_cap bytes, grown with realloc; the caller frees it) holds the
- * canonical form. Errors: TALLY_TAMPERED (a real number, which Tally never
- * stores), TALLY_NOMEM. */
-tally_err ledger_canon_hash(const char *table, sqlite3_stmt *st, int first, int n, char **buf,
-                            size_t *buf_cap, char hex[65]);
 /* A canonical form being built: len bytes of cap at p (libc's realloc;
  * the owner frees p). */
 typedef struct ledger_canon {

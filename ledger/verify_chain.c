@@ -228,16 +228,25 @@ static tally_err must_name(vctx *v, const char *sql, const char *table)
 
 /* Whether the row of st (rowid in column 0, the table's columns after it)
  * hashes to what its latest entry recorded. */
-static tally_err row_matches(const chain_table *t, sqlite3_stmt *st, int ncols,
-                             const chain_ent *latest, char **buf, size_t *buf_cap, bool *same)
+/* Whether the canonical form c hashes to what entry ent recorded. */
+static bool hashes_as(const ledger_canon *c, const chain_ent *ent)
 {
     char hex[65];
     unsigned char raw[32];
-    tally_err e = ledger_canon_hash(t->name, st, 1, ncols, buf, buf_cap, hex);
+    tally_sha256_hex(c->p, c->len, hex);
+    return ent->hex_ok && unhex32(hex, 64, raw) && memcmp(raw, ent->row_hash, sizeof raw) == 0;
+}
+
+static tally_err row_matches(const chain_table *t, sqlite3_stmt *st, int ncols,
+                             const chain_ent *latest, char **buf, size_t *buf_cap, bool *same)
+{
+    ledger_canon c = {.p = *buf, .cap = *buf_cap};
+    tally_err e = ledger_canon_row(&c, t->name, st, 1, ncols);
+    *buf = c.p;
+    *buf_cap = c.cap;
     if (e == TALLY_NOMEM)
         return e;
-    *same = e == TALLY_OK && latest->hex_ok && unhex32(hex, 64, raw) &&
-            memcmp(raw, latest->row_hash, sizeof raw) == 0;
+    *same = e == TALLY_OK && hashes_as(&c, latest);
     return TALLY_OK;
 }
 
@@ -398,12 +407,7 @@ static tally_err group_matches(const ledger_chain_group *g, group_cur *cur, cons
     }
     if (e == TALLY_NOMEM)
         return e;
-    char hex[65];
-    unsigned char raw[32];
-    if (e == TALLY_OK)
-        tally_sha256_hex(canon->p, canon->len, hex);
-    *same = e == TALLY_OK && ent->hex_ok && unhex32(hex, 64, raw) &&
-            memcmp(raw, ent->row_hash, sizeof raw) == 0;
+    *same = e == TALLY_OK && hashes_as(canon, ent);
     return TALLY_OK;
 }
 
