@@ -229,6 +229,11 @@ static const struct {
     {offsetof(tally_event, dim2), sizeof((tally_event *)0)->dim2},
 };
 
+static batch_hashes event_hashes(const tally_event *ev)
+{
+    return (batch_hashes){.iv = agg_key_hash(ev), .run = runs_window_hash(ev->source, ev->id)};
+}
+
 /* Packs a valid event (its strings terminated within their arrays) into
  * *out and strs. Errors: TALLY_NOMEM. */
 static tally_err pack_event(tally_batch *b, const tally_event *ev, batch_event *out)
@@ -246,6 +251,7 @@ static tally_err pack_event(tally_batch *b, const tally_event *ev, batch_event *
                          .weight = ev->weight,
                          .key = {ev->key[0], ev->key[1]},
                          .untimed = ev->untimed,
+                         .h = event_hashes(ev),
                          .strs_off = b->strs_len,
                          .meter = (int32_t)ev->meter,
                          .pricing = (int32_t)ev->pricing,
@@ -423,9 +429,11 @@ static tally_err add_event(tally_batch *b, const tally_event *ev, const char *ra
     if (e != TALLY_OK)
         return e;
     it->is_event = true;
-    if (keep == KEEP_ALL)
+    if (keep == KEEP_ALL) {
         it->ev_ref = ev;
-    else if ((e = pack_event(b, ev, &it->u.ev)) != TALLY_OK) {
+        it->u.ev =
+            (batch_event){.time_s = ev->time_s, .seconds = ev->seconds, .h = event_hashes(ev)};
+    } else if ((e = pack_event(b, ev, &it->u.ev)) != TALLY_OK) {
         b->n_items--; /* the item goes, with its copies */
         b->arena_len = arena_mark;
         if (it->raw_borrowed)

@@ -92,6 +92,30 @@ static uint64_t at_time(uint64_t key_hash, int64_t t_s)
     return x ^ (x >> 29);
 }
 
+uint64_t agg_key_hash(const tally_event *ev)
+{
+    bool interval = ev->meter == TALLY_METER_ACCELERATOR || ev->meter == TALLY_METER_STORAGE;
+    return interval ? iv_key_hash(ev) : 0;
+}
+
+void agg_prefetch(const tally_batch *b, uint64_t kh, int64_t start_s, int64_t end_s, bool entry)
+{
+    if (!kh || !b->iv)
+        return;
+    uint64_t at_end = at_time(kh, start_s), at_start = at_time(kh, end_s);
+    if (!entry) {
+        idx_table_prefetch(&b->iv_by_end, at_end);
+        idx_table_prefetch(&b->iv_by_start, at_start);
+        return;
+    }
+    int64_t i = idx_table_peek(&b->iv_by_end, at_end);
+    if (i >= 0)
+        __builtin_prefetch(&b->iv[i]);
+    i = idx_table_peek(&b->iv_by_start, at_start);
+    if (i >= 0)
+        __builtin_prefetch(&b->iv[i]);
+}
+
 /* ---- Open intervals ------------------------------------------------------- */
 
 typedef struct iv_probe {
@@ -375,13 +399,13 @@ static tally_err iv_lazy_init(tally_batch *b)
     return TALLY_OK;
 }
 
-tally_err agg_interval(tally_batch *b, const tally_event *ev)
+tally_err agg_interval(tally_batch *b, const tally_event *ev, uint64_t key_hash)
 {
     int64_t s = ev->time_s, end = s + ev->seconds;
     tally_err err = iv_lazy_init(b);
     if (err != TALLY_OK)
         return err;
-    uint64_t kh = iv_key_hash(ev);
+    uint64_t kh = key_hash ? key_hash : iv_key_hash(ev);
     int64_t before = iv_find(b, kh, ev, s, true);   /* ends where the event starts */
     int64_t after = iv_find(b, kh, ev, end, false); /* starts where the event ends */
     if (before >= 0 && after >= 0 && b->iv[after].end_s - b->iv[before].start_s <= IV_MAX_SPAN_S) {

@@ -55,6 +55,20 @@ int64_t idx_table_find(const idx_table *t, uint64_t hash, idx_eq_fn eq, const vo
     return -1;
 }
 
+void idx_table_prefetch(const idx_table *t, uint64_t hash)
+{
+    if (t->slots)
+        __builtin_prefetch(&t->slots[(uint32_t)hash & t->mask]);
+}
+
+int64_t idx_table_peek(const idx_table *t, uint64_t hash)
+{
+    if (!t->slots)
+        return -1;
+    const idx_slot *s = &t->slots[(uint32_t)hash & t->mask];
+    return s->idx1 && s->h == (uint32_t)hash ? (int64_t)s->idx1 - 1 : -1;
+}
+
 void idx_table_insert(idx_table *t, uint64_t hash, uint32_t idx)
 {
     assert(t->slots && 2 * (t->used + 1) <= t->mask + 1);

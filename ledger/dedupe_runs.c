@@ -642,21 +642,56 @@ static void slots_release(runs_cache *c)
     c->bytes = 0;
 }
 
-/* The held slot of (src, k's prefix and width, lo), or -1; *hash gets its
- * hash in the index. */
-static int64_t slot_find(const runs_cache *c, int64_t src, const runs_id *k, int64_t lo,
-                         uint64_t *hash)
+/* The hash of the window (src, k's prefix and width, lo) in the index. */
+static uint64_t window_hash(int64_t src, const runs_id *k, int64_t lo)
 {
     uint64_t h[2];
     tally_hash128(k->prefix, k->prefix_len,
                   (uint64_t)src ^ (uint64_t)lo * 0x9E3779B97F4A7C15ULL ^ (uint64_t)k->width, h);
-    *hash = h[0];
-    slot_probe p = {c, src, lo, k};
-    return c->n ? idx_table_find(&c->index, h[0], slot_eq, &p) : -1;
+    return h[0];
 }
 
-/* The slot of (src, k)'s window, read when this commit has not used it yet. */
-static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct run_slot **out)
+int64_t runs_source_hash(const char *source)
+{
+    uint64_t h[2];
+    tally_hash128(source, strlen(source), 0, h);
+    return (int64_t)h[0];
+}
+
+uint64_t runs_window_hash(const char *source, const char *id)
+{
+    runs_id k;
+    if (!runs_split(id, strlen(id), &k))
+        return 0;
+    return window_hash(runs_source_hash(source), &k, k.n - k.n % RUN_SPAN);
+}
+
+void runs_prefetch(const tally_batch *b, uint64_t h, bool entry)
+{
+    const runs_cache *c = &b->runs;
+    if (!h || !c->n)
+        return;
+    if (!entry) {
+        idx_table_prefetch(&c->index, h);
+        return;
+    }
+    int64_t i = idx_table_peek(&c->index, h);
+    if (i >= 0)
+        __builtin_prefetch(&c->slots[i]);
+}
+
+/* The held slot of (src, k's prefix and width, lo) under hash, or -1. */
+static int64_t slot_find(const runs_cache *c, int64_t src, const runs_id *k, int64_t lo,
+                         uint64_t hash)
+{
+    slot_probe p = {c, src, lo, k};
+    return c->n ? idx_table_find(&c->index, hash, slot_eq, &p) : -1;
+}
+
+/* The slot of (src, k)'s window, read when this commit has not used it yet;
+ * h is its window_hash, or 0 to take it here. */
+static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, uint64_t h,
+                         struct run_slot **out)
 {
     runs_cache *c = &b->runs;
     if (c->bytes > BYTES_MAX) { /* written, forgotten and let go */
@@ -667,8 +702,9 @@ static tally_err slot_of(tally_batch *b, int64_t src, const runs_id *k, struct r
             return e;
     }
     int64_t lo = k->n - k->n % RUN_SPAN;
-    uint64_t h;
-    int64_t i = slot_find(c, src, k, lo, &h);
+    if (!h)
+        h = window_hash(src, k, lo);
+    int64_t i = slot_find(c, src, k, lo, h);
     if (i >= 0) {
         *out = &c->slots[i];
         (*out)->used_in = c->commit_no;
@@ -715,10 +751,10 @@ static tally_event_result v1_judge(const struct v1_runs *v, uint32_t k, uint64_t
 }
 
 tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, const tally_event *ev,
-                      tally_event_result *res)
+                      uint64_t window_hash, tally_event_result *res)
 {
     struct run_slot *s;
-    tally_err e = slot_of(b, src, k, &s);
+    tally_err e = slot_of(b, src, k, window_hash, &s);
     if (e != TALLY_OK)
         return e;
     uint32_t slot = (uint32_t)(k->n - s->lo);

@@ -446,6 +446,10 @@ void idx_table_clear(idx_table *t);
 void idx_table_free(idx_table *t);
 /* The entry with this hash for which eq(ctx, idx) holds, or -1. */
 int64_t idx_table_find(const idx_table *t, uint64_t hash, idx_eq_fn eq, const void *ctx);
+/* Prefetch hints, never needed for a right answer: the home slot of hash;
+ * the entry index that slot holds when its bits are hash's (else -1). */
+void idx_table_prefetch(const idx_table *t, uint64_t hash);
+int64_t idx_table_peek(const idx_table *t, uint64_t hash);
 /* Adds idx under hash; t must have room (reserved). */
 void idx_table_insert(idx_table *t, uint64_t hash, uint32_t idx);
 /* Removes idx (which must be present under hash). */
@@ -466,10 +470,24 @@ void idx_table_remove(idx_table *t, uint64_t hash, uint32_t idx);
  * in those pages was a tenth of the ingest's CPU. The commit unpacks each
  * event into a tally_event of its own (batch_item_event). */
 #define BATCH_EVENT_STRS 6 /* id, source, account, resource, dim, dim2 */
+
+/* An event's keys in the commit's in-memory tables, hashed when it is
+ * queued: the commit hashes nothing again, and prefetches the slots they
+ * name a few events ahead (batch_prefetch), which a stream of many sources
+ * keeps past the caches. 0: the event has no such key, or the hash is to
+ * be taken at commit. */
+typedef struct batch_hashes {
+    uint64_t iv;  /* its open interval's key (agg_key_hash) */
+    uint64_t run; /* its dedupe window (runs_window_hash) */
+} batch_hashes;
+
+/* h, time_s and seconds are set for a borrowed event too (the prefetch
+ * reads them from here); the rest only for a packed one. */
 typedef struct batch_event {
     int64_t time_s, seconds, weight;
     uint64_t key[2];
     uint64_t untimed;
+    batch_hashes h;
     size_t strs_off;
     int32_t meter, pricing;
     bool migration;
@@ -573,13 +591,21 @@ typedef struct runs_cache {
 
 /* Whether the id (len bytes) ends in 4 to 18 decimal digits; fills *out. */
 bool runs_split(const char *id, size_t len, runs_id *out);
+/* The dedupe table's src column: a 64-bit hash of the source. */
+int64_t runs_source_hash(const char *source);
+/* The hash under which the commit holds the window of (source, id); 0 for
+ * an id that does not split (runs_split). */
+uint64_t runs_window_hash(const char *source, const char *id);
+/* Prefetches the held windows' index slot for hash h, or with entry the
+ * window that slot names (batch_prefetch). */
+void runs_prefetch(const tally_batch *b, uint64_t h, bool entry);
 /* Checks and records (src, k) for ev: *res is ACCEPTED (recorded in memory
  * until runs_flush), DUPLICATE (the same content and time) or CONFLICT
  * (another; for an id a run of migration 15 holds, another fingerprint).
  * Errors: TALLY_DB, TALLY_TAMPERED (a stored window or run is malformed),
  * TALLY_NOMEM. */
 tally_err runs_dedupe(tally_batch *b, int64_t src, const runs_id *k, const tally_event *ev,
-                      tally_event_result *res);
+                      uint64_t window_hash, tally_event_result *res);
 /* Writes the windows this commit changed; they stay held, as stored. */
 tally_err runs_flush(tally_batch *b);
 /* Forgets them without writing (the commit rolled back, or another writer
@@ -723,8 +749,15 @@ void agg_free(tally_batch *b);
 void agg_forget(tally_batch *b);
 /* Prepares the per-commit point index for n point events. */
 tally_err agg_begin(tally_batch *b, size_t n_point_events);
-/* Adds an accepted accelerator or storage event to the open intervals. */
-tally_err agg_interval(tally_batch *b, const tally_event *ev);
+/* The hash of an accelerator or storage event's interval key; 0 for other
+ * meters. */
+uint64_t agg_key_hash(const tally_event *ev);
+/* Adds an accepted accelerator or storage event to the open intervals;
+ * key_hash is agg_key_hash(ev), or 0 to take it here. */
+tally_err agg_interval(tally_batch *b, const tally_event *ev, uint64_t key_hash);
+/* Prefetches the open-interval index slots of an interval event [start_s,
+ * end_s) with key hash kh, or with entry the intervals those slots name. */
+void agg_prefetch(const tally_batch *b, uint64_t kh, int64_t start_s, int64_t end_s, bool entry);
 /* Adds an accepted traffic or token event to this commit's points.
  * Errors: TALLY_OVERFLOW (the second's sum in this commit, or with
  * b->careful also the stored sum, would not fit; nothing added), TALLY_DB. */

@@ -738,6 +738,80 @@ static void test_raw_borrowed(void **state)
     tally_ledger_close(l);
 }
 
+/* ---- Hashes taken when queued (batch_hashes) ------------------------------- */
+
+/* An event's lookup hashes are taken when it is queued, by whichever way
+ * (copied, raw borrowed, all borrowed), and the commit uses them instead of
+ * hashing again: they are the ones the commit would take, so the three
+ * ways find one another's dedupe windows and open intervals. 60 instances
+ * report three times each, each report by another way and interleaved, so
+ * the commit's prefetch (items ahead of the one at work) runs over all of
+ * them; a reject and an id that does not count up sit among them. */
+static void test_queued_hashes(void **state)
+{
+    (void)state;
+    tally_ledger *l;
+    tally_batch *b = open_batch("batch-hashes", &l);
+    enum { INST = 60, REPORTS = 3, N = INST * REPORTS };
+    static tally_event ev[N], dup[INST];
+    static char raw[N][48], origin[N][32];
+    int k = 0;
+    for (int r = 0; r < REPORTS; r++) {
+        for (int i = 0; i < INST; i++, k++) {
+            char id[32], inst[32];
+            snprintf(id, sizeof id, "rep-%06d", i * 10 + r); /* counts up per instance */
+            snprintf(inst, sizeof inst, "i-%d", i);
+            ev[k] = accel(id, inst, "h100", TALLY_PRICING_ON_DEMAND, T0 + 60 * r, 60, 1);
+            snprintf(ev[k].source, sizeof ev[k].source, "//hosts/node-%d", i);
+            set_fingerprint(&ev[k]);
+            snprintf(raw[k], sizeof raw[k], "{\"i\":%d,\"r\":%d}", i, r);
+            snprintf(origin[k], sizeof origin[k], "test:h:%d", k);
+            int way = (i + r) % 3;
+            tally_err e =
+                way == 0 ? tally_batch_add_event(b, &ev[k], raw[k], strlen(raw[k]), origin[k])
+                : way == 1
+                    ? tally_batch_add_event_raw_ref(b, &ev[k], raw[k], strlen(raw[k]), origin[k])
+                    : tally_batch_add_event_ref(b, &ev[k], raw[k], strlen(raw[k]), origin[k]);
+            assert_int_equal(e, TALLY_OK);
+            const batch_hashes *h = &b->items[b->n_items - 1].u.ev.h;
+            assert_true(h->iv != 0 && h->iv == agg_key_hash(&ev[k]));
+            assert_true(h->run != 0 && h->run == runs_window_hash(ev[k].source, ev[k].id));
+        }
+        tally_reject rej = {.reason = "bad_json", .detail = "between the reports"};
+        assert_int_equal(tally_batch_add_reject(b, &rej, "{", 1, "test:h:rej"), TALLY_OK);
+    }
+    /* Each instance's first report again, by another way than its first. */
+    for (int i = 0; i < INST; i++) {
+        dup[i] = ev[i];
+        tally_err e = i % 3 == 0 ? tally_batch_add_event_ref(b, &dup[i], "{}", 2, "test:h:dup")
+                                 : tally_batch_add_event(b, &dup[i], "{}", 2, "test:h:dup");
+        assert_int_equal(e, TALLY_OK);
+    }
+    tally_event odd = instant(TALLY_METER_TRAFFIC, "no-digits", "internet", "egress", T0, 5);
+    assert_int_equal(tally_batch_add_event(b, &odd, "{}", 2, "test:h:odd"), TALLY_OK);
+    assert_true(b->items[b->n_items - 1].u.ev.h.run == 0 &&
+                b->items[b->n_items - 1].u.ev.h.iv == 0);
+
+    tally_batch_stats st = commit_ok(b, NULL);
+    assert_int_equal(st.accepted, N + 1);
+    assert_int_equal(st.duplicates, INST);
+    assert_int_equal(st.quarantined, REPORTS);
+    /* One row per instance, three minutes long, whatever way each came. */
+    assert_int_equal(query_int(l, "SELECT count(*) FROM usage_intervals"), INST);
+    assert_int_equal(
+        query_int(l, "SELECT count(*) FROM usage_intervals WHERE end_s - start_s = 180"), INST);
+    /* A later commit finds the held windows under the same hashes. */
+    for (int i = 0; i < INST; i++)
+        assert_int_equal(tally_batch_add_event_ref(b, &ev[N - 1 - i], "{}", 2, "test:h:again"),
+                         TALLY_OK);
+    st = commit_ok(b, NULL);
+    assert_int_equal(st.duplicates, INST);
+    assert_int_equal(st.accepted, 0);
+    assert_counts_match(l);
+    tally_batch_destroy(b);
+    tally_ledger_close(l);
+}
+
 /* ---- Offsets ------------------------------------------------------------------ */
 
 static void test_offsets_cas(void **state)
@@ -1132,6 +1206,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_borrowed_events),
         cmocka_unit_test(test_raw_borrowed),
+        cmocka_unit_test(test_queued_hashes),
         cmocka_unit_test(test_offsets_cas),
         cmocka_unit_test(test_coalesce_hour),
         cmocka_unit_test(test_coalesce_two_days),
