@@ -457,9 +457,6 @@ static void touch_reset(tally_batch *b)
 typedef struct commit_ctx {
     const tally_ratecard *const *cards;
     size_t n_cards;
-    bool has_source;
-    char last_source[TALLY_ID_MAX]; /* the previous event's source and its hash */
-    int64_t last_src;
     tally_event scratch; /* the item's event, unpacked (batch_item_event) */
     tally_batch_stats st;
 } commit_ctx;
@@ -504,12 +501,7 @@ static tally_err process_event(tally_batch *b, commit_ctx *c, const batch_item *
         *res = TALLY_RESULT_QUARANTINED;
         return quarantine(b, it, ev, reason, detail);
     }
-    if (!c->has_source || strcmp(c->last_source, ev->source) != 0) {
-        c->has_source = true;
-        memcpy(c->last_source, ev->source, sizeof c->last_source);
-        c->last_src = runs_source_hash(ev->source);
-    }
-    tally_err e = dedupe(b, ev, c->last_src, it->u.ev.h.run, res);
+    tally_err e = dedupe(b, ev, it->u.ev.h.src, it->u.ev.h.run, res);
     if (e != TALLY_OK || *res == TALLY_RESULT_DUPLICATE)
         return e;
     if (*res == TALLY_RESULT_CONFLICT) {

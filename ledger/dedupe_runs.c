@@ -658,12 +658,12 @@ int64_t runs_source_hash(const char *source)
     return (int64_t)h[0];
 }
 
-uint64_t runs_window_hash(const char *source, const char *id)
+uint64_t runs_window_hash(int64_t src, const char *id)
 {
     runs_id k;
     if (!runs_split(id, strlen(id), &k))
         return 0;
-    return window_hash(runs_source_hash(source), &k, k.n - k.n % RUN_SPAN);
+    return window_hash(src, &k, k.n - k.n % RUN_SPAN);
 }
 
 void runs_prefetch(const tally_batch *b, uint64_t h, bool entry)

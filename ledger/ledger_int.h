@@ -479,6 +479,7 @@ void idx_table_remove(idx_table *t, uint64_t hash, uint32_t idx);
 typedef struct batch_hashes {
     uint64_t iv;  /* its open interval's key (agg_key_hash) */
     uint64_t run; /* its dedupe window (runs_window_hash) */
+    int64_t src;  /* its source (runs_source_hash), always set */
 } batch_hashes;
 
 /* h, time_s and seconds are set for a borrowed event too (the prefetch
@@ -593,9 +594,10 @@ typedef struct runs_cache {
 bool runs_split(const char *id, size_t len, runs_id *out);
 /* The dedupe table's src column: a 64-bit hash of the source. */
 int64_t runs_source_hash(const char *source);
-/* The hash under which the commit holds the window of (source, id); 0 for
- * an id that does not split (runs_split). */
-uint64_t runs_window_hash(const char *source, const char *id);
+/* The hash under which the commit holds the window of (source, id), src
+ * being runs_source_hash(source); 0 for an id that does not split
+ * (runs_split). */
+uint64_t runs_window_hash(int64_t src, const char *id);
 /* Prefetches the held windows' index slot for hash h, or with entry the
  * window that slot names (batch_prefetch). */
 void runs_prefetch(const tally_batch *b, uint64_t h, bool entry);

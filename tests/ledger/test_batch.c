@@ -775,7 +775,8 @@ static void test_queued_hashes(void **state)
             assert_int_equal(e, TALLY_OK);
             const batch_hashes *h = &b->items[b->n_items - 1].u.ev.h;
             assert_true(h->iv != 0 && h->iv == agg_key_hash(&ev[k]));
-            assert_true(h->run != 0 && h->run == runs_window_hash(ev[k].source, ev[k].id));
+            assert_true(h->src == runs_source_hash(ev[k].source));
+            assert_true(h->run != 0 && h->run == runs_window_hash(h->src, ev[k].id));
         }
         tally_reject rej = {.reason = "bad_json", .detail = "between the reports"};
         assert_int_equal(tally_batch_add_reject(b, &rej, "{", 1, "test:h:rej"), TALLY_OK);
