@@ -62,6 +62,10 @@
 
 #define GROUP_ACCOUNTS  256        /* accounts per transaction */
 #define GROUP_DOC_BYTES (8u << 20) /* documents held for the output directory */
+/* A group's hashes all wait in the signing queue until it is flushed: a
+ * larger group fails at its account TALLY_SIGNER_QUEUE + 1 with an internal
+ * error (measured with 1,024). */
+_Static_assert(GROUP_ACCOUNTS <= TALLY_SIGNER_QUEUE, "a group's hashes fit the signing queue");
 
 /* An account's result, delivered (files, on_invoice) once its group's
  * transaction has committed. */
