@@ -105,6 +105,7 @@ tally_err tally_batch_create(tally_ledger *l, tally_batch **out)
         return TALLY_NOMEM;
     b->l = l;
     b->known_max = ACCOUNTS_KNOWN_MAX;
+    b->prefetch_from = BATCH_PREFETCH_FROM;
     tally_err e = TALLY_OK;
     for (int i = 0; i < ST_COUNT_OF && e == TALLY_OK; i++)
         e = ledger_prepare(l, batch_sql[i], &b->st[i]);

@@ -571,11 +571,14 @@ static tally_err commit_body(tally_batch *b, commit_ctx *c, tally_event_result *
         e = ledger_cards(b->l, &c->cards, &c->n_cards);
     if (e == TALLY_OK)
         e = agg_begin(b, b->n_points_queued);
+    bool prefetch = b->iv_used + b->runs.n >= b->prefetch_from;
     for (size_t i = 0; e == TALLY_OK && i < b->n_items; i++) {
         const batch_item *it = &b->items[i];
         tally_event_result r = TALLY_RESULT_QUARANTINED;
-        prefetch_item(b, i + PREFETCH_SLOTS, false);
-        prefetch_item(b, i + PREFETCH_ENTRIES, true);
+        if (prefetch) {
+            prefetch_item(b, i + PREFETCH_SLOTS, false);
+            prefetch_item(b, i + PREFETCH_ENTRIES, true);
+        }
         if (it->is_event)
             e = process_event(b, c, it, &r);
         else
