@@ -203,18 +203,16 @@ static void sort_ents(chain_ents *ents)
     ents->sorted = true;
 }
 
+static int key_cmp(const void *key, const void *ent)
+{
+    int64_t k = *(const int64_t *)key, r = ((const chain_ent *)ent)->row_key;
+    return (k > r) - (k < r);
+}
+
 /* Whether sorted entries hold one for row key. */
 static bool has_entry(const chain_ents *ents, int64_t key)
 {
-    size_t lo = 0, hi = ents->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ents->e[mid].row_key < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < ents->n && ents->e[lo].row_key == key;
+    return ents->n && bsearch(&key, ents->e, ents->n, sizeof *ents->e, key_cmp) != NULL;
 }
 
 /* A query the fast pass said must name a row (TALLY_INTERNAL if it does
