@@ -594,6 +594,11 @@ static void test_chain_and_sums(void **state)
     "quantity, unit_price_nano, amount_minor) VALUES (2, 2, 'usage', 1, 0, 0, 'ssd', '', '0', "    \
     "500000000, 0);"
 
+#define PLANTED_PAIR                                                                               \
+    "INSERT INTO postings(id, entry_id, ledger_acct, currency, debit_minor, credit_minor) "        \
+    "VALUES (-5, 3, 'revenue:accelerator', 'CNY', 100, 0), (1000, 3, 'revenue:storage', 'CNY', "   \
+    "0, 100);"
+
 static void test_chain_groups(void **state)
 {
     (void)state;
@@ -626,6 +631,12 @@ static void test_chain_groups(void **state)
          "DROP TRIGGER postings_no_update; UPDATE postings SET id = 99 WHERE id = "
          "9;" POSTINGS_GUARD,
          "posting 9: deleted (chain entry"},
+        /* a balanced pair planted under a chained entry, one below its first
+         * posting's rowid, moving revenue between meters: the entry still
+         * sums to zero, the document checks pass and the balances
+         * trigger keeps the balances in step */
+        {false, PLANTED_PAIR, "entry 3 (invoice INV-2026-000002): changed since chain entry"},
+        {true, PLANTED_PAIR, "not in the ledger chain (written around Tally)"},
     };
     expect(build_as(V_GOOD, true), key, TALLY_OK, "3 documents chained and signed");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
